@@ -1,0 +1,30 @@
+/* Internal helpers shared by the pyprores C files. Not installed, not API. */
+#ifndef PYPRORES_INTERNAL_H
+#define PYPRORES_INTERNAL_H
+
+#include <stdarg.h>
+
+#include "pyprores.h"
+
+#define PPR_MSG_SIZE 512
+
+#if defined(__GNUC__)
+#define PPR_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define PPR_PRINTF(a, b)
+#endif
+
+/* Record an error message for the calling thread (ppr_last_error(NULL)) and
+ * return `code`, so that callers can write `return ppr__fail(code, ...)`. */
+int ppr__fail(int code, const char *fmt, ...) PPR_PRINTF(2, 3);
+
+/* Clear the calling thread's message. */
+void ppr__clear_error(void);
+
+/* The calling thread's message buffer. */
+char *ppr__thread_error(void);
+
+/* Install the FFmpeg log callback (once). */
+void ppr__ensure_init(void);
+
+#endif

@@ -1,0 +1,928 @@
+/*
+ * pyprores.c - sessions, decoding, slice submission, logging and errors.
+ * See pyprores.h for the API. FFmpeg 7.1 public API only.
+ */
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libavcodec/avcodec.h>
+#include <libavutil/avutil.h>
+#include <libavutil/dict.h>
+#include <libavutil/error.h>
+#include <libavutil/frame.h>
+#include <libavutil/hwcontext.h>
+#include <libavutil/hwcontext_vulkan.h>
+#include <libavutil/log.h>
+#include <libavutil/pixdesc.h>
+
+#include "internal.h"
+
+enum { BACKEND_SOFTWARE = 0, BACKEND_VULKAN = 1 };
+
+typedef struct submitted_slice {
+    uint8_t *data;
+    size_t size;
+    int submitted;
+} submitted_slice;
+
+struct ppr_session {
+    int backend;
+    int threads;
+    AVBufferRef *hw_device;
+    int device_ready;               /* device creation finished */
+    AVCodecContext *avctx;
+    int need_reopen;                /* e.g. after a failed get_format */
+    uint32_t cur_tag;
+    int cur_width, cur_height;
+    enum AVPixelFormat cur_fmt;
+    AVPacket *pkt;
+    AVFrame *frame;
+    AVFrame *swframe;
+    char device_name[256];
+    char err[PPR_MSG_SIZE];
+
+    /* written by the log callback, under g_lock */
+    char av_last[PPR_MSG_SIZE];     /* last error-level line from FFmpeg */
+    int av_last_open;               /* its last fragment had no newline */
+    int validation;
+    int validation_count;           /* all messages seen */
+    int validation_kept;            /* messages stored (at most PPR_VALIDATION_KEEP) */
+    char **validation_msgs;
+
+    /* get_format bookkeeping */
+    int vulkan_offered;
+    int format_failed;              /* 0, PPR_ENOHWACCEL */
+
+    /* slice submission */
+    int in_frame;
+    uint8_t *frame_pkt;
+    size_t frame_pkt_size;
+    ppr_frame_info frame_info;
+    submitted_slice *subs[2];
+
+    struct ppr_session *next;       /* registry of live sessions */
+};
+
+/* ------------------------------------------------------------------------ */
+/* errors                                                                     */
+
+static __thread char tls_err[PPR_MSG_SIZE];
+static __thread char tls_av_last[PPR_MSG_SIZE];
+static __thread char tls_strerror[128];
+static __thread ppr_session *tls_session;   /* session of the ppr_ call in progress */
+
+char *ppr__thread_error(void) { return tls_err; }
+void ppr__clear_error(void) { tls_err[0] = 0; }
+
+int ppr__fail(int code, const char *fmt, ...)
+{
+    va_list vl;
+    va_start(vl, fmt);
+    vsnprintf(tls_err, sizeof(tls_err), fmt, vl);
+    va_end(vl);
+    return code;
+}
+
+static int sfail(ppr_session *s, int code, const char *fmt, ...) PPR_PRINTF(3, 4);
+static int sfail(ppr_session *s, int code, const char *fmt, ...)
+{
+    va_list vl;
+    va_start(vl, fmt);
+    vsnprintf(tls_err, sizeof(tls_err), fmt, vl);
+    va_end(vl);
+    if (s)
+        snprintf(s->err, sizeof(s->err), "%s", tls_err);
+    return code;
+}
+
+const char *ppr_strerror(int code)
+{
+    switch (code) {
+    case PPR_OK:         return "success";
+    case PPR_EINVAL:     return "invalid argument";
+    case PPR_ENOTPRORES: return "not a ProRes frame";
+    case PPR_ENODEVICE:  return "no usable Vulkan device";
+    case PPR_ENOHWACCEL: return "this FFmpeg build has no ProRes Vulkan hwaccel";
+    case PPR_ETRUNCATED: return "truncated ProRes frame";
+    case PPR_EDECODE:    return "ProRes decoding failed";
+    case PPR_ENOMEM:     return "out of memory";
+    }
+    if (av_strerror(code, tls_strerror, sizeof(tls_strerror)) < 0)
+        snprintf(tls_strerror, sizeof(tls_strerror), "unknown error %d", code);
+    return tls_strerror;
+}
+
+const char *ppr_last_error(ppr_session *s)
+{
+    return s ? s->err : tls_err;
+}
+
+/* ------------------------------------------------------------------------ */
+/* logging                                                                    */
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static ppr_session *g_sessions;
+static volatile int g_user_level = AV_LOG_QUIET;
+
+static int session_live(ppr_session *s)  /* g_lock held */
+{
+    ppr_session *it;
+    for (it = g_sessions; it; it = it->next)
+        if (it == s)
+            return 1;
+    return 0;
+}
+
+static int looks_like_validation(const char *line)
+{
+    return strstr(line, "VUID-") || strstr(line, "Validation") ||
+           strstr(line, "MessageID") || strstr(line, "The Vulkan spec states");
+}
+
+static void append_line(char *dst, size_t dst_size, int *open, const char *line)
+{
+    size_t n;
+    if (*open) {
+        n = strlen(dst);
+        snprintf(dst + n, dst_size - n, "%s", line);
+    } else {
+        snprintf(dst, dst_size, "%s", line);
+    }
+    n = strlen(line);
+    *open = !(n && line[n - 1] == '\n');
+    /* keep messages single-line and without the trailing newline */
+    n = strlen(dst);
+    while (n && (dst[n - 1] == '\n' || dst[n - 1] == '\r'))
+        dst[--n] = 0;
+}
+
+#define PPR_VALIDATION_KEEP 1000
+
+static void keep_validation(ppr_session *s, const char *line)  /* g_lock held */
+{
+    char **msgs;
+    size_t n;
+    s->validation_count++;
+    if (s->validation_kept >= PPR_VALIDATION_KEEP)
+        return;
+    msgs = realloc(s->validation_msgs, (size_t)(s->validation_kept + 1) * sizeof(*msgs));
+    if (!msgs)
+        return;
+    s->validation_msgs = msgs;
+    n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+        n--;
+    msgs[s->validation_kept] = malloc(n + 1);
+    if (!msgs[s->validation_kept])
+        return;
+    memcpy(msgs[s->validation_kept], line, n);
+    msgs[s->validation_kept][n] = 0;
+    s->validation_kept++;
+}
+
+static void log_callback(void *avcl, int level, const char *fmt, va_list vl)
+{
+    char line[PPR_MSG_SIZE];
+    const AVClass *cls = NULL;
+    void *cand = NULL;
+    int from_device = 0;
+    ppr_session *s = NULL;
+    va_list vl2;
+
+    if (level <= g_user_level) {
+        va_copy(vl2, vl);
+        av_log_default_callback(avcl, level, fmt, vl2);
+        va_end(vl2);
+    }
+    if (level > AV_LOG_WARNING)
+        return;
+
+    vsnprintf(line, sizeof(line), fmt, vl);
+
+    if (avcl)
+        cls = *(const AVClass **)avcl;
+    if (cls && cls->class_name) {
+        if (!strcmp(cls->class_name, "AVCodecContext")) {
+            cand = ((AVCodecContext *)avcl)->opaque;
+        } else if (!strcmp(cls->class_name, "AVHWDeviceContext")) {
+            cand = ((AVHWDeviceContext *)avcl)->user_opaque;
+            from_device = 1;
+        } else if (!strcmp(cls->class_name, "AVHWFramesContext")) {
+            cand = ((AVHWFramesContext *)avcl)->user_opaque;
+        }
+    }
+
+    pthread_mutex_lock(&g_lock);
+    if (cand && session_live(cand))
+        s = cand;
+    else if (tls_session && session_live(tls_session))
+        s = tls_session;
+    if (s) {
+        if (level <= AV_LOG_ERROR)
+            append_line(s->av_last, sizeof(s->av_last), &s->av_last_open, line);
+        if (s->validation && from_device && line[0] != '\t' &&
+            (s->device_ready || looks_like_validation(line)))
+            keep_validation(s, line);
+    }
+    pthread_mutex_unlock(&g_lock);
+
+    if (level <= AV_LOG_ERROR) {
+        int open = 0;
+        append_line(tls_av_last, sizeof(tls_av_last), &open, line);
+    }
+}
+
+static void init_once(void)
+{
+    av_log_set_callback(log_callback);
+}
+
+void ppr__ensure_init(void)
+{
+    pthread_once(&g_once, init_once);
+}
+
+void ppr_set_log_level(int level)
+{
+    ppr__ensure_init();
+    g_user_level = level;
+    av_log_set_level(level > AV_LOG_WARNING ? level : AV_LOG_WARNING);
+}
+
+/* Start of a session call: attribute log lines to it, clear messages. */
+static void enter(ppr_session *s)
+{
+    ppr__ensure_init();
+    tls_session = s;
+    tls_err[0] = 0;
+    tls_av_last[0] = 0;
+    if (s) {
+        s->err[0] = 0;
+        pthread_mutex_lock(&g_lock);
+        s->av_last[0] = 0;
+        s->av_last_open = 0;
+        pthread_mutex_unlock(&g_lock);
+    }
+}
+
+static int leave(int ret)
+{
+    tls_session = NULL;
+    return ret;
+}
+
+/* Copy of the last FFmpeg error line seen for s (or this thread). */
+static void last_av_error(ppr_session *s, char *dst, size_t size)
+{
+    if (s) {
+        pthread_mutex_lock(&g_lock);
+        snprintf(dst, size, "%s", s->av_last);
+        pthread_mutex_unlock(&g_lock);
+    } else {
+        dst[0] = 0;
+    }
+    if (!dst[0])
+        snprintf(dst, size, "%s", tls_av_last);
+}
+
+/* ------------------------------------------------------------------------ */
+/* library facts                                                              */
+
+int ppr_has_hwaccel(const char *backend)
+{
+    const AVCodec *codec;
+    const AVCodecHWConfig *cfg;
+    int i;
+
+    ppr__ensure_init();
+    if (!backend)
+        return 0;
+    codec = avcodec_find_decoder(AV_CODEC_ID_PRORES);
+    if (!codec)
+        return 0;
+    if (!strcmp(backend, "software"))
+        return 1;
+    if (strcmp(backend, "vulkan"))
+        return 0;
+    for (i = 0; (cfg = avcodec_get_hw_config(codec, i)); i++)
+        if (cfg->device_type == AV_HWDEVICE_TYPE_VULKAN)
+            return 1;
+    return 0;
+}
+
+unsigned ppr_avcodec_version(void) { return avcodec_version(); }
+const char *ppr_ffmpeg_version(void) { return av_version_info(); }
+
+/* ------------------------------------------------------------------------ */
+/* sessions                                                                   */
+
+static void vulkan_device_name(ppr_session *s)
+{
+    AVHWDeviceContext *dc = (AVHWDeviceContext *)s->hw_device->data;
+    AVVulkanDeviceContext *vk = dc->hwctx;
+    PFN_vkGetPhysicalDeviceProperties get_props = NULL;
+    VkPhysicalDeviceProperties props;
+
+    snprintf(s->device_name, sizeof(s->device_name), "vulkan");
+    if (vk && vk->get_proc_addr && vk->inst && vk->phys_dev)
+        get_props = (PFN_vkGetPhysicalDeviceProperties)
+            vk->get_proc_addr(vk->inst, "vkGetPhysicalDeviceProperties");
+    if (!get_props)
+        return;
+    memset(&props, 0, sizeof(props));
+    get_props(vk->phys_dev, &props);
+    props.deviceName[sizeof(props.deviceName) - 1] = 0;
+    if (props.deviceName[0])
+        snprintf(s->device_name, sizeof(s->device_name), "%s", props.deviceName);
+}
+
+static int env_validation(void)
+{
+    const char *v = getenv("PYPRORES_VALIDATION");
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+static void session_free(ppr_session *s)
+{
+    int p;
+    if (!s)
+        return;
+    avcodec_free_context(&s->avctx);
+    av_packet_free(&s->pkt);
+    av_frame_free(&s->frame);
+    av_frame_free(&s->swframe);
+    av_buffer_unref(&s->hw_device);
+    for (p = 0; p < 2; p++) {
+        if (s->subs[p]) {
+            int i;
+            for (i = 0; i < s->frame_info.pictures[p].slice_count; i++)
+                free(s->subs[p][i].data);
+            free(s->subs[p]);
+        }
+    }
+    ppr_frame_info_free(&s->frame_info);
+    free(s->frame_pkt);
+
+    pthread_mutex_lock(&g_lock);
+    for (p = 0; p < s->validation_kept; p++)
+        free(s->validation_msgs[p]);
+    free(s->validation_msgs);
+    {
+        ppr_session **pp;
+        for (pp = &g_sessions; *pp; pp = &(*pp)->next)
+            if (*pp == s) {
+                *pp = s->next;
+                break;
+            }
+    }
+    pthread_mutex_unlock(&g_lock);
+    free(s);
+}
+
+int ppr_open(ppr_session **out, const char *backend, const char *device, int threads)
+{
+    ppr_session *s;
+    int ret;
+
+    enter(NULL);
+    if (!out)
+        return leave(ppr__fail(PPR_EINVAL, "ppr_open: out is NULL"));
+    *out = NULL;
+    if (!backend)
+        backend = "vulkan";
+    if (strcmp(backend, "software") && strcmp(backend, "vulkan"))
+        return leave(ppr__fail(PPR_EINVAL, "unknown backend \"%s\" (use \"vulkan\" or \"software\")",
+                               backend));
+    if (threads < 0)
+        return leave(ppr__fail(PPR_EINVAL, "threads must be >= 0"));
+    if (!avcodec_find_decoder(AV_CODEC_ID_PRORES))
+        return leave(ppr__fail(PPR_EDECODE, "this FFmpeg build has no ProRes decoder"));
+
+    s = calloc(1, sizeof(*s));
+    if (!s)
+        return leave(ppr__fail(PPR_ENOMEM, "out of memory"));
+    s->backend = strcmp(backend, "vulkan") ? BACKEND_SOFTWARE : BACKEND_VULKAN;
+    s->threads = threads;
+    s->cur_fmt = AV_PIX_FMT_NONE;
+    pthread_mutex_lock(&g_lock);
+    s->next = g_sessions;
+    g_sessions = s;
+    pthread_mutex_unlock(&g_lock);
+    tls_session = s;
+
+    s->pkt = av_packet_alloc();
+    s->frame = av_frame_alloc();
+    s->swframe = av_frame_alloc();
+    if (!s->pkt || !s->frame || !s->swframe) {
+        session_free(s);
+        return leave(ppr__fail(PPR_ENOMEM, "out of memory"));
+    }
+
+    if (s->backend == BACKEND_SOFTWARE) {
+        snprintf(s->device_name, sizeof(s->device_name), "cpu");
+    } else {
+        AVDictionary *opts = NULL;
+        AVHWDeviceContext *dc;
+        char msg[PPR_MSG_SIZE];
+
+        s->validation = env_validation();
+        if (s->validation && av_dict_set(&opts, "debug", "1", 0) < 0) {
+            session_free(s);
+            return leave(ppr__fail(PPR_ENOMEM, "out of memory"));
+        }
+        if (av_hwdevice_find_type_by_name("vulkan") != AV_HWDEVICE_TYPE_VULKAN) {
+            av_dict_free(&opts);
+            session_free(s);
+            return leave(ppr__fail(PPR_ENODEVICE, "this FFmpeg build has no Vulkan support"));
+        }
+        /* log lines of the creation reach this session through tls_session */
+        ret = av_hwdevice_ctx_create(&s->hw_device, AV_HWDEVICE_TYPE_VULKAN, device, opts, 0);
+        av_dict_free(&opts);
+        if (ret < 0) {
+            last_av_error(s, msg, sizeof(msg));
+            session_free(s);
+            return leave(ppr__fail(PPR_ENODEVICE, "could not create a Vulkan device%s%s%s: %s%s%s",
+                                   device ? " \"" : "", device ? device : "", device ? "\"" : "",
+                                   av_err2str(ret), msg[0] ? " - " : "", msg));
+        }
+        dc = (AVHWDeviceContext *)s->hw_device->data;
+        dc->user_opaque = s;
+        s->device_ready = 1;
+        vulkan_device_name(s);
+
+        if (!ppr_has_hwaccel("vulkan")) {
+            char name[256];
+            snprintf(name, sizeof(name), "%s", s->device_name);
+            session_free(s);
+            return leave(ppr__fail(PPR_ENOHWACCEL,
+                                   "this FFmpeg build has no ProRes Vulkan hwaccel "
+                                   "(the Vulkan device \"%s\" works; rebuild FFmpeg with "
+                                   "the pyprores patches: ./scripts/setup)", name));
+        }
+    }
+
+    *out = s;
+    return leave(0);
+}
+
+void ppr_close(ppr_session *s)
+{
+    if (!s)
+        return;
+    ppr__ensure_init();
+    tls_session = s;
+    session_free(s);
+    tls_session = NULL;
+}
+
+const char *ppr_device_name(ppr_session *s) { return s ? s->device_name : ""; }
+const char *ppr_backend(ppr_session *s)
+{
+    return !s ? "" : s->backend == BACKEND_VULKAN ? "vulkan" : "software";
+}
+
+int ppr_validation_messages(ppr_session *s)
+{
+    int n;
+    if (!s)
+        return 0;
+    pthread_mutex_lock(&g_lock);
+    n = s->validation_count;
+    pthread_mutex_unlock(&g_lock);
+    return n;
+}
+
+int ppr_validation_enabled(ppr_session *s) { return s ? s->validation : 0; }
+const char *ppr_validation_message(ppr_session *s, int i)
+{
+    const char *m = NULL;
+    if (!s)
+        return NULL;
+    pthread_mutex_lock(&g_lock);
+    if (i >= 0 && i < s->validation_kept)
+        m = s->validation_msgs[i];
+    pthread_mutex_unlock(&g_lock);
+    return m;
+}
+
+/* ------------------------------------------------------------------------ */
+/* decoding                                                                   */
+
+static enum AVPixelFormat get_format(AVCodecContext *avctx, const enum AVPixelFormat *fmts)
+{
+    ppr_session *s = avctx->opaque;
+    const enum AVPixelFormat *p;
+
+    if (s->backend == BACKEND_SOFTWARE) {
+        for (p = fmts; *p != AV_PIX_FMT_NONE; p++) {
+            const AVPixFmtDescriptor *d = av_pix_fmt_desc_get(*p);
+            if (d && !(d->flags & AV_PIX_FMT_FLAG_HWACCEL))
+                return *p;
+        }
+        return AV_PIX_FMT_NONE;
+    }
+    for (p = fmts; *p != AV_PIX_FMT_NONE; p++)
+        if (*p == AV_PIX_FMT_VULKAN) {
+            s->vulkan_offered = 1;
+            return *p;
+        }
+    /* never fall back to software on a vulkan session */
+    s->format_failed = PPR_ENOHWACCEL;
+    s->need_reopen = 1;
+    if (s->vulkan_offered)
+        av_log(avctx, AV_LOG_ERROR, "the ProRes Vulkan hwaccel failed to initialise "
+               "for this stream; not falling back to software\n");
+    else
+        av_log(avctx, AV_LOG_ERROR, "this FFmpeg build has no ProRes Vulkan hwaccel "
+               "for this stream (offered: %s); not falling back to software\n",
+               av_get_pix_fmt_name(fmts[0]) ? av_get_pix_fmt_name(fmts[0]) : "none");
+    return AV_PIX_FMT_NONE;
+}
+
+static int open_decoder(ppr_session *s, uint32_t tag, const ppr_frame_info *info,
+                        enum AVPixelFormat fmt)
+{
+    const AVCodec *codec = avcodec_find_decoder(AV_CODEC_ID_PRORES);
+    AVCodecContext *avctx;
+    int ret;
+
+    avcodec_free_context(&s->avctx);
+    s->need_reopen = 0;
+    s->vulkan_offered = 0;
+    if (!codec)
+        return sfail(s, PPR_EDECODE, "this FFmpeg build has no ProRes decoder");
+    avctx = avcodec_alloc_context3(codec);
+    if (!avctx)
+        return sfail(s, PPR_ENOMEM, "out of memory");
+    avctx->opaque = s;
+    avctx->codec_tag = tag;
+    avctx->width = info->width;
+    avctx->height = info->height;
+    avctx->get_format = get_format;
+    if (s->backend == BACKEND_VULKAN) {
+        avctx->hw_device_ctx = av_buffer_ref(s->hw_device);
+        if (!avctx->hw_device_ctx) {
+            avcodec_free_context(&avctx);
+            return sfail(s, PPR_ENOMEM, "out of memory");
+        }
+        avctx->thread_count = 1;
+        avctx->hwaccel_flags = AV_HWACCEL_FLAG_IGNORE_LEVEL | AV_HWACCEL_FLAG_ALLOW_PROFILE_MISMATCH;
+    } else {
+        avctx->thread_count = s->threads;
+        avctx->thread_type = FF_THREAD_SLICE;
+    }
+    ret = avcodec_open2(avctx, codec, NULL);
+    if (ret < 0) {
+        char msg[PPR_MSG_SIZE];
+        last_av_error(s, msg, sizeof(msg));
+        avcodec_free_context(&avctx);
+        return sfail(s, ret == AVERROR(ENOMEM) ? PPR_ENOMEM : PPR_EDECODE,
+                     "could not open the ProRes decoder: %s%s%s", av_err2str(ret),
+                     msg[0] ? " - " : "", msg);
+    }
+    s->avctx = avctx;
+    s->cur_tag = tag;
+    s->cur_width = info->width;
+    s->cur_height = info->height;
+    s->cur_fmt = fmt;
+    return 0;
+}
+
+static int check_planes(ppr_session *s, const ppr_frame_info *info, const ppr_planes *out)
+{
+    ppr_planes want;
+    int i, ret = ppr_frame_layout(info, &want);
+
+    if (ret < 0)
+        return sfail(s, ret, "%s", tls_err);
+    if (!out)
+        return sfail(s, PPR_EINVAL, "planes is NULL");
+    if (out->count != want.count)
+        return sfail(s, PPR_EINVAL, "the frame (%s) has %d planes, got %d", info->pix_fmt,
+                     want.count, out->count);
+    for (i = 0; i < want.count; i++) {
+        const ppr_plane *p = &out->plane[i];
+        if (p->width != want.plane[i].width || p->height != want.plane[i].height)
+            return sfail(s, PPR_EINVAL, "plane %d: the frame's plane is %dx%d, got %dx%d", i,
+                         want.plane[i].width, want.plane[i].height, p->width, p->height);
+        if (p->data && p->stride < (ptrdiff_t)p->width * 2)
+            return sfail(s, PPR_EINVAL, "plane %d: stride %td < %d bytes per row", i,
+                         p->stride, p->width * 2);
+    }
+    return 0;
+}
+
+/* Decode `size` bytes at `data` (already copied where needed) as one frame
+ * described by `info` (only its frame-header fields are used) into out. */
+static int decode_packet(ppr_session *s, const uint8_t *data, size_t size, uint32_t tag,
+                         const ppr_frame_info *info, ppr_planes *out)
+{
+    enum AVPixelFormat fmt = av_get_pix_fmt(info->pix_fmt);
+    AVFrame *src;
+    int ret, drained = 0, i;
+    char msg[PPR_MSG_SIZE];
+
+    if ((ret = check_planes(s, info, out)) < 0)
+        return ret;
+    out->corrupt = 0;
+    if (size > INT_MAX - AV_INPUT_BUFFER_PADDING_SIZE)
+        return sfail(s, PPR_EINVAL, "packet too large");
+
+    if (!s->avctx || s->need_reopen || tag != s->cur_tag || info->width != s->cur_width ||
+        info->height != s->cur_height || fmt != s->cur_fmt) {
+        if ((ret = open_decoder(s, tag, info, fmt)) < 0)
+            return ret;
+    }
+
+    av_packet_unref(s->pkt);
+    if (av_new_packet(s->pkt, (int)size) < 0)
+        return sfail(s, PPR_ENOMEM, "out of memory");
+    memcpy(s->pkt->data, data, size);
+
+    s->format_failed = 0;
+    av_frame_unref(s->frame);
+    av_frame_unref(s->swframe);
+
+    ret = avcodec_send_packet(s->avctx, s->pkt);
+    av_packet_unref(s->pkt);
+    if (ret >= 0 || ret == AVERROR(EAGAIN)) {
+        ret = avcodec_receive_frame(s->avctx, s->frame);
+        if (ret == AVERROR(EAGAIN)) {
+            /* frame threading or a delaying hwaccel: drain to get this frame */
+            drained = 1;
+            ret = avcodec_send_packet(s->avctx, NULL);
+            if (ret >= 0)
+                ret = avcodec_receive_frame(s->avctx, s->frame);
+        }
+    }
+    if (ret < 0 || drained)
+        avcodec_flush_buffers(s->avctx);   /* ready for the next packet */
+
+    if (ret < 0) {
+        last_av_error(s, msg, sizeof(msg));
+        if (s->format_failed)
+            return sfail(s, s->format_failed, "%s", msg[0] ? msg :
+                         "this FFmpeg build has no ProRes Vulkan hwaccel");
+        if (ret == AVERROR(ENOMEM))
+            return sfail(s, PPR_ENOMEM, "out of memory while decoding");
+        if (ret == AVERROR_EOF)
+            return sfail(s, PPR_EDECODE, "the decoder produced no frame%s%s",
+                         msg[0] ? ": " : "", msg);
+        return sfail(s, PPR_EDECODE, "FFmpeg could not decode the frame: %s%s%s",
+                     av_err2str(ret), msg[0] ? " - " : "", msg);
+    }
+
+    src = s->frame;
+    if (s->backend == BACKEND_VULKAN) {
+        if (s->frame->format != AV_PIX_FMT_VULKAN || !s->frame->hw_frames_ctx) {
+            av_frame_unref(s->frame);
+            s->need_reopen = 1;
+            return sfail(s, PPR_ENOHWACCEL, "the decoder returned a %s frame instead of a "
+                         "Vulkan frame; not accepting a software fallback",
+                         av_get_pix_fmt_name(s->frame->format) ?
+                         av_get_pix_fmt_name(s->frame->format) : "?");
+        }
+        ret = av_hwframe_transfer_data(s->swframe, s->frame, 0);
+        if (ret < 0) {
+            last_av_error(s, msg, sizeof(msg));
+            av_frame_unref(s->frame);
+            return sfail(s, ret == AVERROR(ENOMEM) ? PPR_ENOMEM : PPR_EDECODE,
+                         "could not download the Vulkan frame: %s%s%s", av_err2str(ret),
+                         msg[0] ? " - " : "", msg);
+        }
+        src = s->swframe;
+    }
+
+    out->corrupt = s->frame->decode_error_flags != 0 ||
+                   (s->frame->flags & AV_FRAME_FLAG_CORRUPT) != 0;
+
+    if (src->format != fmt || src->width < info->width || src->height < info->height) {
+        ret = sfail(s, PPR_EDECODE, "the decoder output is %s %dx%d, expected %s %dx%d",
+                    av_get_pix_fmt_name(src->format) ? av_get_pix_fmt_name(src->format) : "?",
+                    src->width, src->height, info->pix_fmt, info->width, info->height);
+        av_frame_unref(s->frame);
+        av_frame_unref(s->swframe);
+        return ret;
+    }
+
+    for (i = 0; i < out->count; i++) {
+        const ppr_plane *p = &out->plane[i];
+        const uint8_t *sp = src->data[i];
+        uint8_t *dp = (uint8_t *)p->data;
+        int y;
+        if (!dp)
+            continue;
+        if (!sp) {
+            av_frame_unref(s->frame);
+            av_frame_unref(s->swframe);
+            return sfail(s, PPR_EDECODE, "the decoded frame has no plane %d", i);
+        }
+        for (y = 0; y < p->height; y++)
+            memcpy(dp + (ptrdiff_t)y * p->stride, sp + (ptrdiff_t)y * src->linesize[i],
+                   (size_t)p->width * 2);
+    }
+    av_frame_unref(s->frame);
+    av_frame_unref(s->swframe);
+    return 0;
+}
+
+/* ppr_inspect(), keeping the message on the session. */
+static int session_inspect(ppr_session *s, const uint8_t *pkt, size_t size, uint32_t tag,
+                           ppr_frame_info *info)
+{
+    int ret = ppr_inspect(pkt, size, tag, info);
+    if (ret < 0)
+        snprintf(s->err, sizeof(s->err), "%s", tls_err);
+    return ret;
+}
+
+int ppr_decode(ppr_session *s, const uint8_t *pkt, size_t size, uint32_t tag, ppr_planes *out)
+{
+    ppr_frame_info info;
+    char inspect_msg[PPR_MSG_SIZE];
+    int ret, inspect_ret;
+
+    enter(s);
+    if (!s)
+        return leave(ppr__fail(PPR_EINVAL, "session is NULL"));
+    if (!out)
+        return leave(sfail(s, PPR_EINVAL, "planes is NULL"));
+    inspect_ret = session_inspect(s, pkt, size, tag, &info);
+    if (inspect_ret < 0) {
+        /* The software decoder would fail exactly where the inspection did.
+         * The Vulkan hwaccel parses the pictures itself: give it the packet
+         * when the frame header is sound, so that differential tests see
+         * what it does with a bad picture. */
+        snprintf(inspect_msg, sizeof(inspect_msg), "%s", s->err);
+        if (s->backend != BACKEND_VULKAN ||
+            ppr_inspect_header(pkt, size, tag, &info) < 0) {
+            sfail(s, inspect_ret, "%s", inspect_msg);
+            return leave(inspect_ret);
+        }
+        s->err[0] = 0;
+    }
+    ret = decode_packet(s, pkt, size, tag, &info, out);
+    ppr_frame_info_free(&info);
+    if (ret == PPR_EDECODE && inspect_ret < 0)   /* both refused: report the diagnosis */
+        ret = sfail(s, inspect_ret, "%s", inspect_msg);
+    return leave(ret);
+}
+
+/* ------------------------------------------------------------------------ */
+/* slice submission                                                           */
+
+static void end_frame_state(ppr_session *s)
+{
+    int p, i;
+    for (p = 0; p < 2; p++) {
+        if (s->subs[p]) {
+            for (i = 0; i < s->frame_info.pictures[p].slice_count; i++)
+                free(s->subs[p][i].data);
+            free(s->subs[p]);
+            s->subs[p] = NULL;
+        }
+    }
+    ppr_frame_info_free(&s->frame_info);
+    free(s->frame_pkt);
+    s->frame_pkt = NULL;
+    s->frame_pkt_size = 0;
+    s->in_frame = 0;
+}
+
+int ppr_frame_begin(ppr_session *s, const uint8_t *pkt, size_t size, uint32_t tag)
+{
+    int ret, p;
+
+    enter(s);
+    if (!s)
+        return leave(ppr__fail(PPR_EINVAL, "session is NULL"));
+    end_frame_state(s);
+    ret = session_inspect(s, pkt, size, tag, &s->frame_info);
+    if (ret < 0)
+        return leave(ret);
+    s->frame_pkt = malloc(size);
+    if (!s->frame_pkt) {
+        end_frame_state(s);
+        return leave(sfail(s, PPR_ENOMEM, "out of memory"));
+    }
+    memcpy(s->frame_pkt, pkt, size);
+    s->frame_pkt_size = size;
+    for (p = 0; p < s->frame_info.picture_count; p++) {
+        s->subs[p] = calloc((size_t)s->frame_info.pictures[p].slice_count, sizeof(submitted_slice));
+        if (!s->subs[p]) {
+            end_frame_state(s);
+            return leave(sfail(s, PPR_ENOMEM, "out of memory"));
+        }
+    }
+    s->in_frame = 1;
+    return leave(0);
+}
+
+const ppr_frame_info *ppr_frame_current(ppr_session *s)
+{
+    return s && s->in_frame ? &s->frame_info : NULL;
+}
+
+int ppr_frame_submit_slice(ppr_session *s, int picture, int slice_index,
+                           const uint8_t *data, size_t size)
+{
+    submitted_slice *sl;
+    uint8_t *copy = NULL;
+
+    enter(s);
+    if (!s)
+        return leave(ppr__fail(PPR_EINVAL, "session is NULL"));
+    if (!s->in_frame)
+        return leave(sfail(s, PPR_EINVAL, "no frame begun (call ppr_frame_begin first)"));
+    if (picture < 0 || picture >= s->frame_info.picture_count)
+        return leave(sfail(s, PPR_EINVAL, "picture %d out of range (the frame has %d)",
+                           picture, s->frame_info.picture_count));
+    if (slice_index < 0 || slice_index >= s->frame_info.pictures[picture].slice_count)
+        return leave(sfail(s, PPR_EINVAL, "slice %d out of range (picture %d has %d slices)",
+                           slice_index, picture, s->frame_info.pictures[picture].slice_count));
+    if (size > 0xFFFF)
+        return leave(sfail(s, PPR_EINVAL, "slice of %zu bytes: the slice index holds at most "
+                           "65535 bytes per slice", size));
+    if (size && !data)
+        return leave(sfail(s, PPR_EINVAL, "slice data is NULL"));
+    if (size) {
+        copy = malloc(size);
+        if (!copy)
+            return leave(sfail(s, PPR_ENOMEM, "out of memory"));
+        memcpy(copy, data, size);
+    }
+    sl = &s->subs[picture][slice_index];
+    free(sl->data);
+    sl->data = copy;
+    sl->size = size;
+    sl->submitted = 1;
+    return leave(0);
+}
+
+static void wb32(uint8_t *p, uint32_t v)
+{
+    p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v;
+}
+
+int ppr_frame_end(ppr_session *s, ppr_planes *out)
+{
+    const ppr_frame_info *fi;
+    size_t head, total, pos;
+    uint8_t *buf;
+    int p, i, ret;
+
+    enter(s);
+    if (!s)
+        return leave(ppr__fail(PPR_EINVAL, "session is NULL"));
+    if (!s->in_frame)
+        return leave(sfail(s, PPR_EINVAL, "no frame begun (call ppr_frame_begin first)"));
+    fi = &s->frame_info;
+
+    /* size: frame container + header, then per picture: header, index, data */
+    head = fi->pictures[0].offset;   /* 8 + frame header size */
+    total = head;
+    for (p = 0; p < fi->picture_count; p++) {
+        const ppr_picture_info *pic = &fi->pictures[p];
+        total += (size_t)pic->header_size + (size_t)pic->slice_count * 2;
+        for (i = 0; i < pic->slice_count; i++)
+            total += s->subs[p][i].size;
+    }
+    if (total > 0x7fffffff - AV_INPUT_BUFFER_PADDING_SIZE) {
+        end_frame_state(s);
+        return leave(sfail(s, PPR_EINVAL, "rebuilt frame too large"));
+    }
+    buf = malloc(total);
+    if (!buf) {
+        end_frame_state(s);
+        return leave(sfail(s, PPR_ENOMEM, "out of memory"));
+    }
+    memcpy(buf, s->frame_pkt, head);
+    wb32(buf, (uint32_t)total);
+    pos = head;
+    for (p = 0; p < fi->picture_count; p++) {
+        const ppr_picture_info *pic = &fi->pictures[p];
+        size_t pic_start = pos, data_pos;
+        memcpy(buf + pos, s->frame_pkt + pic->offset, (size_t)pic->header_size);
+        pos += (size_t)pic->header_size;
+        data_pos = pos + (size_t)pic->slice_count * 2;
+        for (i = 0; i < pic->slice_count; i++) {
+            const submitted_slice *sl = &s->subs[p][i];
+            buf[pos + 2 * i] = (uint8_t)(sl->size >> 8);
+            buf[pos + 2 * i + 1] = (uint8_t)sl->size;
+            if (sl->size)
+                memcpy(buf + data_pos, sl->data, sl->size);
+            data_pos += sl->size;
+        }
+        pos = data_pos;
+        wb32(buf + pic_start + 1, (uint32_t)(pos - pic_start));
+    }
+
+    ret = decode_packet(s, buf, total, fi->codec_tag, fi, out);
+    free(buf);
+    end_frame_state(s);
+    return leave(ret);
+}

@@ -1,0 +1,270 @@
+/*
+ * pyprores.h - a small C library over FFmpeg 7.1 (libavcodec/libavutil) that
+ * decodes Apple ProRes packets with FFmpeg's software decoder or with the
+ * ProRes Vulkan hwaccel, into caller-owned 16-bit planes, and that reads a
+ * packet's ProRes headers without decoding it.
+ *
+ * Conventions
+ * -----------
+ * - Every function that can fail returns int: 0 on success, or a negative
+ *   PPR_E* code (rarely a raw negative AVERROR code, which ppr_strerror also
+ *   explains). Nothing here aborts, and nothing prints to stderr unless the
+ *   user asked for FFmpeg's log with ppr_set_log_level().
+ * - ppr_last_error(session) gives a human-readable message for the last
+ *   failure of a call on that session; ppr_last_error(NULL) gives the last
+ *   failure of any ppr_ call on the calling thread (e.g. ppr_inspect()).
+ * - A session may be used from one thread at a time. Different sessions may
+ *   be used from different threads concurrently.
+ * - All sample data is uint16: 10- or 12-bit values in the low bits, exactly
+ *   as FFmpeg's yuv4xxp10le/yuv4xxp12le (and yuva...) formats store them.
+ *
+ * Typical use:
+ *
+ *     ppr_frame_info info;
+ *     ppr_planes planes;
+ *     ppr_inspect(pkt, size, MKTAG('a','p','c','h'), &info);  // headers only
+ *     ppr_frame_layout(&info, &planes);                        // plane sizes
+ *     for (i = 0; i < planes.count; i++) {                     // caller allocs
+ *         planes.plane[i].data   = malloc(planes.plane[i].height *
+ *                                         planes.plane[i].width * 2);
+ *         planes.plane[i].stride = planes.plane[i].width * 2;
+ *     }
+ *     ppr_open(&s, "vulkan", NULL, 0);
+ *     ppr_decode(s, pkt, size, tag, &planes);
+ *     ppr_close(s);
+ *     ppr_frame_info_free(&info);
+ *
+ * The declarations between the CFFI markers below are read verbatim by
+ * csrc/build_ffi.py as the cffi cdef: keep that region free of preprocessor
+ * directives and of anything pycparser cannot parse.
+ */
+#ifndef PYPRORES_H
+#define PYPRORES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* CFFI_BEGIN */
+
+/* Error codes (all negative). Chosen far from -errno values and from
+ * FFmpeg's FFERRTAG codes so that the two sets never collide. */
+enum {
+    PPR_OK         = 0,
+    PPR_EINVAL     = -20001, /* bad argument (NULL pointer, plane too small, bad backend name, ...) */
+    PPR_ENOTPRORES = -20002, /* the packet is not a ProRes frame (no 'icpf' signature) */
+    PPR_ENODEVICE  = -20003, /* no usable Vulkan device (or the validation layer is missing) */
+    PPR_ENOHWACCEL = -20004, /* this FFmpeg build has no ProRes Vulkan hwaccel, or it failed to start */
+    PPR_ETRUNCATED = -20005, /* the packet ends before the headers/slices it declares */
+    PPR_EDECODE    = -20006, /* invalid header field, or FFmpeg's decoder rejected the data */
+    PPR_ENOMEM     = -20007  /* out of memory */
+};
+
+/* Field of a coded picture (ppr_picture_info.field). */
+enum {
+    PPR_FIELD_FRAME  = 0,    /* progressive: the picture is the whole frame      */
+    PPR_FIELD_TOP    = 1,    /* interlaced: even frame rows 0, 2, 4, ...         */
+    PPR_FIELD_BOTTOM = 2     /* interlaced: odd frame rows 1, 3, 5, ...          */
+};
+
+typedef struct ppr_session ppr_session;
+
+/* One slice as the picture's slice index describes it. */
+typedef struct ppr_slice_info {
+    int index;          /* slice number within its picture (0-based)            */
+    int mb_x;           /* first macroblock column                              */
+    int mb_y;           /* macroblock row (within the field for interlaced)     */
+    int mb_count;       /* width in macroblocks: 1, 2, 4 or 8                   */
+    size_t offset;      /* byte offset of the slice data in the packet          */
+    size_t size;        /* byte size from the slice index                       */
+    int qscale;         /* raw quantiser byte (slice header byte 1)             */
+} ppr_slice_info;
+
+/* One coded picture: the whole frame, or one field of an interlaced frame. */
+typedef struct ppr_picture_info {
+    int field;                  /* PPR_FIELD_*                                   */
+    size_t offset;              /* byte offset of the picture header in the packet */
+    size_t size;                /* picture data size from the picture header      */
+    int header_size;            /* picture header size in bytes (buf[0] >> 3)    */
+    int log2_slice_mb_width;
+    int mb_width;
+    int mb_height;              /* per picture: per field when interlaced        */
+    int slice_count;            /* computed as proresdec.c does, not read        */
+    ppr_slice_info *slices;     /* slice_count entries; owned, see ppr_frame_info_free */
+} ppr_picture_info;
+
+/* Frame header facts, read by ppr_inspect() without decoding any slice. */
+typedef struct ppr_frame_info {
+    int width;
+    int height;
+    int chroma_format;          /* 422 or 444                                    */
+    int bit_depth;              /* 10 or 12: from the codec tag, as FFmpeg does  */
+    char pix_fmt[32];           /* FFmpeg's name, e.g. "yuva444p12le"            */
+    int alpha_info;             /* 0 none, 1 8-bit alpha, 2 16-bit alpha         */
+    int interlace_mode;         /* 0 progressive, 1 TFF, 2 BFF (3: as 2)         */
+    int frame_header_size;      /* from the frame header (bytes after 'icpf')    */
+    uint32_t codec_tag;         /* the tag given to ppr_inspect                  */
+    int picture_count;          /* 1, or 2 for an interlaced frame               */
+    ppr_picture_info pictures[2];
+} ppr_frame_info;
+
+/* One output plane, owned by the caller. */
+typedef struct ppr_plane {
+    uint16_t *data;             /* caller's buffer; NULL = skip this plane       */
+    ptrdiff_t stride;           /* bytes between rows, >= width * 2              */
+    int width;                  /* samples per row (filled by ppr_frame_layout)  */
+    int height;                 /* rows (filled by ppr_frame_layout)             */
+} ppr_plane;
+
+/* Output planes: Y, Cb, Cr and, when the frame has alpha, A. */
+typedef struct ppr_planes {
+    int count;                  /* 3 or 4                                        */
+    ppr_plane plane[4];
+    int corrupt;                /* set by decode: FFmpeg flagged the frame as
+                                   damaged (decode_error_flags/AV_FRAME_FLAG_CORRUPT),
+                                   e.g. a slice failed to decode                 */
+} ppr_planes;
+
+/* --- library --------------------------------------------------------------- */
+
+/* Human-readable text for a PPR_E* code or an AVERROR code. Never NULL. */
+const char *ppr_strerror(int code);
+
+/* Message for the last failure on `session`, or with session == NULL, the
+ * last failure of any call on this thread. "" when there was none. */
+const char *ppr_last_error(ppr_session *session);
+
+/* FFmpeg's log is captured (its last error line goes into error messages) and
+ * never printed. Pass an AV_LOG_* level (e.g. 16 = error, 32 = info, 48 =
+ * debug) to also print lines up to that level to stderr; -8 (quiet, the
+ * default) prints nothing. Process-wide. */
+void ppr_set_log_level(int level);
+
+/* 1 when this FFmpeg build's ProRes decoder can use `backend` ("software"
+ * always; "vulkan" when the build has a ProRes Vulkan hwaccel), else 0. */
+int ppr_has_hwaccel(const char *backend);
+
+/* Versions of the libavcodec/libavutil actually loaded (LIBAVCODEC_VERSION_INT
+ * style) and FFmpeg's version string (e.g. "7.1.5"). */
+unsigned ppr_avcodec_version(void);
+const char *ppr_ffmpeg_version(void);
+
+/* --- inspection ------------------------------------------------------------ */
+
+/* Parse the frame header and picture headers of one ProRes packet exactly as
+ * FFmpeg 7.1.5's proresdec.c does (same checks, same slice count and slice
+ * layout), without decoding. `codec_tag` is the container's fourcc
+ * (MKTAG('a','p','c','h') = 0x68637061 ...): 'ap4h'/'ap4x' mean 12-bit,
+ * anything else 10-bit, as in FFmpeg. On success *out owns allocated slice
+ * arrays: release them with ppr_frame_info_free(). On failure *out holds
+ * nothing to free (freeing it is still harmless).
+ * Errors: PPR_EINVAL, PPR_ENOTPRORES, PPR_ETRUNCATED, PPR_EDECODE, PPR_ENOMEM. */
+int ppr_inspect(const uint8_t *pkt, size_t size, uint32_t codec_tag,
+                ppr_frame_info *out);
+
+/* Like ppr_inspect, but stop after the frame header: picture_count is 0 and
+ * nothing is allocated. Enough for ppr_frame_layout(). */
+int ppr_inspect_header(const uint8_t *pkt, size_t size, uint32_t codec_tag,
+                       ppr_frame_info *out);
+
+/* Free what ppr_inspect allocated and zero *info. NULL-safe, idempotent. */
+void ppr_frame_info_free(ppr_frame_info *info);
+
+/* Fill out->count and each plane's width/height for frames described by
+ * `info` (visible size; chroma width (w+1)/2 for 4:2:2), and set data = NULL,
+ * stride = width * 2, corrupt = 0. The caller then points data/stride at its
+ * own buffers. */
+int ppr_frame_layout(const ppr_frame_info *info, ppr_planes *out);
+
+/* --- sessions -------------------------------------------------------------- */
+
+/* Open a decoding session.
+ * backend: "software" (FFmpeg's C decoder, `threads` slice threads, 0 = auto)
+ *          or "vulkan" (the ProRes Vulkan hwaccel; one decoder thread).
+ * device:  vulkan only: NULL (FFmpeg's default device), an index ("0") or a
+ *          substring of the device name; passed to av_hwdevice_ctx_create().
+ * With the environment variable PYPRORES_VALIDATION=1 the Vulkan device is
+ * created with the Khronos validation layer (debug=validate), and every
+ * validation message is counted (ppr_validation_messages). A vulkan session
+ * never falls back to software: when the build has no ProRes Vulkan hwaccel,
+ * ppr_open fails with PPR_ENOHWACCEL (after the device was found, so the
+ * message names it); when no device can be created, with PPR_ENODEVICE.
+ * On failure *out is NULL and ppr_last_error(NULL) explains. */
+int ppr_open(ppr_session **out, const char *backend, const char *device,
+             int threads);
+
+/* Free everything the session holds. NULL-safe. */
+void ppr_close(ppr_session *session);
+
+/* "cpu" for the software backend; for vulkan, the physical device's name as
+ * Vulkan reports it (e.g. "llvmpipe (LLVM 15.0.6, 256 bits)"). */
+const char *ppr_device_name(ppr_session *session);
+
+/* The session's backend: "software" or "vulkan". */
+const char *ppr_backend(ppr_session *session);
+
+/* Validation-layer messages (warnings and errors) seen on this session's
+ * Vulkan device since ppr_open; 0 when validation is off or software.
+ * Counted: lines that FFmpeg's Vulkan device context logs at warning level or
+ * worse once the device exists (that is where hwcontext_vulkan routes the
+ * Khronos layer's debug messenger), plus lines during device creation that
+ * look like validation output ("VUID-", "Validation", "MessageID"). */
+int ppr_validation_messages(ppr_session *session);
+/* 1 when the session runs with the validation layer. */
+int ppr_validation_enabled(ppr_session *session);
+/* Text of validation message i (0-based, the first 1000 are kept), or NULL
+ * when i is out of range. Valid until ppr_close. */
+const char *ppr_validation_message(ppr_session *session, int i);
+
+/* --- decoding -------------------------------------------------------------- */
+
+/* Decode one whole packet (one frame) and write it to the caller's planes,
+ * whose count/width/height must match ppr_frame_layout() of the packet
+ * (planes with data == NULL are skipped). One packet in, one frame out: the
+ * decoder is drained as needed. The codec tag is set before avcodec_open2
+ * (proresdec derives the bit depth from it); the decoder is reopened when
+ * the tag, the size or the pixel format changes. out->corrupt is set when
+ * FFmpeg flagged the frame as damaged (some slices failed but not all).
+ * Errors: PPR_EINVAL, PPR_ENOTPRORES, PPR_ETRUNCATED, PPR_EDECODE (FFmpeg
+ * produced no frame), PPR_ENOHWACCEL, PPR_ENOMEM. */
+int ppr_decode(ppr_session *session, const uint8_t *pkt, size_t size,
+               uint32_t codec_tag, ppr_planes *out);
+
+/* Slice submission: rebuild a packet slice by slice.
+ *
+ * ppr_frame_begin() inspects `pkt` (copied; the caller may free it) and starts
+ * an empty frame with its frame header and picture headers.
+ * ppr_frame_submit_slice() sets the bytes of slice `slice_index` of picture
+ * `picture` (0 or 1): the original slice bytes, a replacement, a corrupted
+ * copy, any size up to 65535 bytes (the slice index stores 16-bit sizes).
+ * The bytes are copied; submitting a slice again replaces it.
+ * ppr_frame_end() builds a ProRes packet with the original frame header and
+ * picture headers (picture sizes rewritten) and a slice index listing the
+ * submitted slices' sizes, decodes it with the session's backend like
+ * ppr_decode(), writes the planes, and ends the frame (also on failure).
+ *
+ * A slice never submitted gets a zero-size index entry. FFmpeg 7.1.5's
+ * decoder treats that as a malformed picture (slices must be >= 6 bytes), so
+ * on the software backend leaving any slice out makes the whole frame fail
+ * with PPR_EDECODE. To isolate one slice, submit every slice and change only
+ * the one under test. Slices of fewer than 6 bytes behave the same way. */
+int ppr_frame_begin(ppr_session *session, const uint8_t *pkt, size_t size,
+                    uint32_t codec_tag);
+int ppr_frame_submit_slice(ppr_session *session, int picture, int slice_index,
+                           const uint8_t *data, size_t size);
+int ppr_frame_end(ppr_session *session, ppr_planes *out);
+
+/* The frame info of the frame begun with ppr_frame_begin (NULL when none).
+ * Owned by the session; valid until ppr_frame_end/ppr_close. */
+const ppr_frame_info *ppr_frame_current(ppr_session *session);
+
+/* CFFI_END */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PYPRORES_H */

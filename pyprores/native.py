@@ -1,0 +1,326 @@
+"""Python face of the C library in csrc/ (the cffi module ``pyprores._native``).
+
+A :class:`Session` decodes ProRes packets with FFmpeg's software decoder
+(``backend="software"``) or with the ProRes Vulkan hwaccel
+(``backend="vulkan"``; never a silent software fallback), into uint16 numpy
+planes of the visible size. :func:`inspect` reads a packet's frame and
+picture headers, as FFmpeg 7.1.5's ``proresdec.c`` does, without decoding.
+
+The slice submission calls (:meth:`Session.begin_frame`,
+:meth:`Session.submit_slice`, :meth:`Session.end_frame`) rebuild a packet
+slice by slice, to decode one slice in isolation or a corrupted slice.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+import numpy as np
+
+from .errors import DecodeError, DeviceError, NativeLibraryError, NotProResError
+from .model import PLANE_NAMES, Frame, FrameInfo, PictureInfo, SliceInfo
+
+try:
+    from ._native import ffi, lib
+except ImportError as _e:  # pragma: no cover - depends on the build
+    ffi = lib = None
+    _IMPORT_ERROR: ImportError | None = _e
+else:
+    _IMPORT_ERROR = None
+
+__all__ = ["Session", "inspect", "has_hwaccel", "ffmpeg_version", "codec_tag_int",
+           "available"]
+
+CodecTag = Union[str, bytes, int]
+Buffer = Union[bytes, bytearray, memoryview, np.ndarray]
+
+_FIELDS = {0: "frame", 1: "top", 2: "bottom"}
+
+
+def available() -> bool:
+    """True when the compiled extension could be imported."""
+    return lib is not None
+
+
+def _lib() -> Any:
+    if lib is None:
+        raise NativeLibraryError(
+            f"the native extension pyprores._native is not available ({_IMPORT_ERROR}); "
+            "run ./scripts/setup to build FFmpeg and the extension")
+    return lib
+
+
+def codec_tag_int(codec_tag: CodecTag) -> int:
+    """FFmpeg's integer form (MKTAG, little-endian) of a fourcc such as 'apch'."""
+    if isinstance(codec_tag, (int, np.integer)):
+        tag = int(codec_tag)
+        if not 0 <= tag <= 0xFFFFFFFF:
+            raise ValueError(f"codec tag {tag} out of range")
+        return tag
+    if isinstance(codec_tag, str):
+        codec_tag = codec_tag.encode("latin-1")
+    if isinstance(codec_tag, (bytes, bytearray)) and len(codec_tag) == 4:
+        return int.from_bytes(codec_tag, "little")
+    raise ValueError(f"codec tag must be a 4-character code like 'apch' or an int, "
+                     f"not {codec_tag!r}")
+
+
+def _message(session_ptr: Any = None) -> str:
+    msg = _lib().ppr_last_error(session_ptr if session_ptr is not None else ffi.NULL)
+    return ffi.string(msg).decode("utf-8", "replace") if msg != ffi.NULL else ""
+
+
+def _raise(code: int, session_ptr: Any = None) -> None:
+    L = _lib()
+    text = _message(session_ptr) or ffi.string(L.ppr_strerror(code)).decode("utf-8", "replace")
+    if code == L.PPR_ENOTPRORES:
+        raise NotProResError(text)
+    if code in (L.PPR_ETRUNCATED, L.PPR_EDECODE):
+        raise DecodeError(text)
+    if code in (L.PPR_ENODEVICE, L.PPR_ENOHWACCEL):
+        raise DeviceError(text)
+    if code == L.PPR_ENOMEM:
+        raise MemoryError(text)
+    if code == L.PPR_EINVAL:
+        raise ValueError(text)
+    raise DecodeError(f"{text} (error {code})")
+
+
+def _buffer(packet: Buffer) -> tuple[Any, int]:
+    view = memoryview(packet)
+    if not view.contiguous:
+        view = memoryview(bytes(view))
+    return ffi.from_buffer("uint8_t[]", view), view.nbytes
+
+
+def _frame_info(c: Any) -> FrameInfo:
+    pictures = []
+    for p in range(c.picture_count):
+        cp = c.pictures[p]
+        slices = tuple(
+            SliceInfo(index=s.index, mb_x=s.mb_x, mb_y=s.mb_y, mb_count=s.mb_count,
+                      offset=int(s.offset), size=int(s.size), qscale=s.qscale)
+            for s in (cp.slices[i] for i in range(cp.slice_count)))
+        pictures.append(PictureInfo(
+            field=_FIELDS.get(cp.field, "frame"), offset=int(cp.offset), size=int(cp.size),
+            log2_slice_mb_width=cp.log2_slice_mb_width, mb_width=cp.mb_width,
+            mb_height=cp.mb_height, slices=slices))
+    return FrameInfo(
+        width=c.width, height=c.height, chroma_format=str(c.chroma_format),
+        bit_depth=c.bit_depth, pix_fmt=ffi.string(c.pix_fmt).decode("ascii"),
+        alpha_info=c.alpha_info, interlace_mode=c.interlace_mode, pictures=tuple(pictures))
+
+
+def inspect(packet: Buffer, codec_tag: CodecTag = "apch") -> FrameInfo:
+    """Frame and picture headers of one ProRes packet (no decoding).
+
+    Raises NotProResError (no 'icpf' signature), DecodeError (truncated or
+    invalid headers, as FFmpeg's decoder would reject them)."""
+    L = _lib()
+    data, size = _buffer(packet)
+    info = ffi.new("ppr_frame_info *")
+    rc = L.ppr_inspect(data, size, codec_tag_int(codec_tag), info)
+    if rc < 0:
+        _raise(rc)
+    try:
+        return _frame_info(info)
+    finally:
+        L.ppr_frame_info_free(info)
+
+
+def has_hwaccel(backend: str = "vulkan") -> bool:
+    """True when this FFmpeg build's ProRes decoder supports ``backend``."""
+    return bool(_lib().ppr_has_hwaccel(backend.encode()))
+
+
+def ffmpeg_version() -> str:
+    """Version string of the FFmpeg libraries the extension loaded."""
+    return ffi.string(_lib().ppr_ffmpeg_version()).decode()
+
+
+def set_log_level(level: int) -> None:
+    """Print FFmpeg's log lines up to ``level`` (AV_LOG_*: 16 error, 32 info,
+    48 debug) to stderr; -8 (the default) prints nothing."""
+    _lib().ppr_set_log_level(int(level))
+
+
+class Session:
+    """A decoder on one backend: ``"vulkan"`` (the ProRes Vulkan hwaccel) or
+    ``"software"`` (FFmpeg's C decoder). Use it from one thread at a time.
+
+    ``device`` (vulkan only): None for FFmpeg's default, an index such as
+    ``"0"``, or a substring of the device name. ``threads``: software slice
+    threads, 0 = automatic. With ``PYPRORES_VALIDATION=1`` in the environment
+    the Vulkan device runs under the Khronos validation layer and its
+    messages are collected in :attr:`validation_messages`.
+
+    Raises DeviceError when no Vulkan device can be created or when the
+    FFmpeg build has no ProRes Vulkan hwaccel.
+    """
+
+    def __init__(self, backend: str = "vulkan", device: str | int | None = None,
+                 threads: int = 0) -> None:
+        L = _lib()
+        self._ptr: Any = None
+        self._frame_info: FrameInfo | None = None
+        self.backend = backend
+        if backend not in ("vulkan", "software"):
+            raise ValueError(f"backend must be 'vulkan' or 'software', not {backend!r}")
+        out = ffi.new("ppr_session **")
+        dev = ffi.NULL if device is None else str(device).encode()
+        rc = L.ppr_open(out, backend.encode(), dev, int(threads))
+        if rc < 0:
+            _raise(rc)
+        self._ptr = out[0]
+
+    # -- properties -------------------------------------------------------
+    def _live(self) -> Any:
+        if self._ptr is None:
+            raise ValueError("the session is closed")
+        return self._ptr
+
+    @property
+    def device_name(self) -> str:
+        """The Vulkan device in use, or "cpu" for the software backend."""
+        return ffi.string(_lib().ppr_device_name(self._live())).decode("utf-8", "replace")
+
+    @property
+    def validation_enabled(self) -> bool:
+        return bool(_lib().ppr_validation_enabled(self._live()))
+
+    @property
+    def validation_count(self) -> int:
+        """Number of validation-layer messages seen (all of them)."""
+        return int(_lib().ppr_validation_messages(self._live()))
+
+    @property
+    def validation_messages(self) -> list[str]:
+        """Validation-layer messages seen on this session's Vulkan device
+        (the first 1000 are kept); empty when validation is off."""
+        L = _lib()
+        out = []
+        i = 0
+        while True:
+            m = L.ppr_validation_message(self._live(), i)
+            if m == ffi.NULL:
+                break
+            out.append(ffi.string(m).decode("utf-8", "replace"))
+            i += 1
+        return out
+
+    # -- inspection and decoding -------------------------------------------
+    def inspect(self, packet: Buffer, codec_tag: CodecTag = "apch") -> FrameInfo:
+        """Same as the module-level :func:`inspect`."""
+        return inspect(packet, codec_tag)
+
+    def _planes(self, c_info: Any) -> tuple[Any, dict[str, np.ndarray], list[Any]]:
+        L = _lib()
+        planes = ffi.new("ppr_planes *")
+        rc = L.ppr_frame_layout(c_info, planes)
+        if rc < 0:
+            _raise(rc)
+        arrays: dict[str, np.ndarray] = {}
+        keep = []
+        for i in range(planes.count):
+            p = planes.plane[i]
+            arr = np.empty((p.height, p.width), np.uint16)
+            buf = ffi.from_buffer("uint16_t[]", arr, require_writable=True)
+            keep.append(buf)
+            p.data = buf
+            p.stride = arr.strides[0]
+            arrays[PLANE_NAMES[i]] = arr
+        return planes, arrays, keep
+
+    def _frame(self, c_info: Any, planes: Any, arrays: dict[str, np.ndarray]) -> Frame:
+        return Frame(planes=arrays, pix_fmt=ffi.string(c_info.pix_fmt).decode("ascii"),
+                     bit_depth=c_info.bit_depth, corrupt=bool(planes.corrupt),
+                     extra={"backend": self.backend})
+
+    def decode(self, packet: Buffer, codec_tag: CodecTag = "apch") -> Frame:
+        """Decode one packet into a :class:`Frame` (planes Y, Cb, Cr[, A]).
+
+        Raises NotProResError, DecodeError (FFmpeg produced no frame),
+        DeviceError (the hwaccel is missing or failed)."""
+        L = _lib()
+        ptr = self._live()
+        data, size = _buffer(packet)
+        tag = codec_tag_int(codec_tag)
+        c_info = ffi.new("ppr_frame_info *")
+        rc = L.ppr_inspect_header(data, size, tag, c_info)
+        if rc < 0:
+            _raise(rc)
+        planes, arrays, keep = self._planes(c_info)
+        rc = L.ppr_decode(ptr, data, size, tag, planes)
+        del keep
+        if rc < 0:
+            _raise(rc, ptr)
+        return self._frame(c_info, planes, arrays)
+
+    # -- slice submission ---------------------------------------------------
+    def begin_frame(self, packet: Buffer, codec_tag: CodecTag = "apch") -> FrameInfo:
+        """Start rebuilding ``packet`` slice by slice; returns its FrameInfo.
+
+        Every slice must then be submitted (see :meth:`submit_slice`): a
+        slice left out gets a zero-size index entry, which FFmpeg's decoder
+        treats as a malformed picture (the whole frame fails)."""
+        L = _lib()
+        ptr = self._live()
+        data, size = _buffer(packet)
+        rc = L.ppr_frame_begin(ptr, data, size, codec_tag_int(codec_tag))
+        if rc < 0:
+            self._frame_info = None
+            _raise(rc, ptr)
+        self._frame_info = _frame_info(L.ppr_frame_current(ptr))
+        return self._frame_info
+
+    def submit_slice(self, picture: int, index: int, data: Buffer) -> None:
+        """Set the bytes of slice ``index`` of picture ``picture`` (0, or 1
+        for the second field): original, replaced or corrupted, 0..65535 bytes."""
+        L = _lib()
+        ptr = self._live()
+        buf, size = _buffer(data)
+        rc = L.ppr_frame_submit_slice(ptr, int(picture), int(index), buf, size)
+        if rc < 0:
+            _raise(rc, ptr)
+
+    def end_frame(self) -> Frame:
+        """Decode the rebuilt packet and end the frame (also on failure)."""
+        L = _lib()
+        ptr = self._live()
+        c_info = L.ppr_frame_current(ptr)
+        if c_info == ffi.NULL:
+            raise ValueError("no frame begun: call begin_frame first")
+        planes, arrays, keep = self._planes(c_info)
+        pix_fmt = ffi.string(c_info.pix_fmt).decode("ascii")
+        bit_depth = c_info.bit_depth
+        self._frame_info = None
+        rc = L.ppr_frame_end(ptr, planes)
+        del keep
+        if rc < 0:
+            _raise(rc, ptr)
+        return Frame(planes=arrays, pix_fmt=pix_fmt, bit_depth=bit_depth,
+                     corrupt=bool(planes.corrupt), extra={"backend": self.backend})
+
+    # -- lifetime -----------------------------------------------------------
+    def close(self) -> None:
+        """Release the decoder and the device. Idempotent."""
+        if self._ptr is not None:
+            _lib().ppr_close(self._ptr)
+            self._ptr = None
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        if self._ptr is None:
+            return f"<pyprores.native.Session {self.backend} closed>"
+        return f"<pyprores.native.Session {self.backend} on {self.device_name!r}>"
