@@ -6,7 +6,9 @@ from .model import Frame, FrameInfo, PictureInfo, SliceInfo
 
 __version__ = "0.1.0"
 
+from .demux import ProResSource, open  # noqa: E402,A001 - pyprores.open(path), like av.open
+
 __all__ = [
     "DecodeError", "DeviceError", "Frame", "FrameInfo", "NativeLibraryError",
-    "NotProResError", "PictureInfo", "PyproresError", "SliceInfo", "__version__",
+    "NotProResError", "PictureInfo", "ProResSource", "PyproresError", "SliceInfo", "__version__", "open",
 ]

@@ -1,0 +1,185 @@
+"""Command line: ``pyprores compare`` and ``pyprores inspect``.
+
+Exit codes: 0 when every plane is within ``--max-dev``, 1 when a deviation
+exceeds it, 2 for a failure the user can act on (bad file, no device, no
+native extension, bad arguments) — reported as one ``pyprores: error:``
+line, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Sequence
+
+from . import __version__, candidate, clips, demux
+from .compare import compare_file, summarize
+from .errors import DeviceError, NativeLibraryError, PyproresError
+from .geometry import MB_SIZE
+from .progress import ProgressBar
+from .report import print_summary, write_json, write_maps
+
+EXIT_OK, EXIT_DEVIATION, EXIT_ERROR = 0, 1, 2
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pyprores", description="Check FFmpeg's Vulkan ProRes decoder against its software decoder.")
+    parser.add_argument("--version", action="version", version=f"pyprores {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    cmp = sub.add_parser("compare", help="decode files both ways and report deviations per plane",
+                         description="Compare the candidate decode of each FILE with FFmpeg's software "
+                                     "decoder. Without FILE, small default clips are generated and compared.")
+    cmp.add_argument("files", nargs="*", metavar="FILE")
+    cmp.add_argument("--frames", type=_positive, metavar="N", help="compare only the first N frames of each file")
+    cmp.add_argument("--device", metavar="D", help="Vulkan device (index or name) for the candidate")
+    cmp.add_argument("--backend", choices=candidate.BACKENDS, default="vulkan",
+                     help="candidate decoder path (default: vulkan)")
+    cmp.add_argument("--json", metavar="OUT", help="write the JSON report to OUT ('-' for stdout)")
+    cmp.add_argument("--map", metavar="OUT.png",
+                     help="write a per-slice deviation map (one PNG per file: OUT-<name>.png for several)")
+    cmp.add_argument("--max-dev", type=_non_negative, default=0, metavar="K",
+                     help="exit 1 when any plane deviates by more than K (default 0: bit-exact)")
+    cmp.add_argument("--worst", type=_non_negative, default=5, metavar="N",
+                     help="how many worst slices to list per plane (default 5)")
+    cmp.add_argument("--workdir", metavar="DIR", help="where to write the default clips (default: a temp dir)")
+    cmp.add_argument("--quiet", action="store_true", help="print no table; only errors and the exit code")
+    cmp.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                     help="force the progress bar on or off (default: on when stderr is a terminal)")
+    cmp.set_defaults(func=cmd_compare)
+
+    ins = sub.add_parser("inspect", help="show the frame header and slice table of one frame")
+    ins.add_argument("file", metavar="FILE")
+    ins.add_argument("--frame", type=_non_negative, default=0, metavar="N", help="0-based frame (default 0)")
+    ins.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ins.set_defaults(func=cmd_inspect)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:          # argparse exits 2 on bad usage, 0 for --help
+        return int(e.code or 0)
+    try:
+        return args.func(args)
+    except PyproresError as e:
+        _error(str(e))
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return 130
+    except BrokenPipeError:          # e.g. piped into `head`: not an error of ours
+        sys.stderr.close()
+        return EXIT_OK
+
+
+def _error(message: str) -> None:
+    print(f"pyprores: error: {message}", file=sys.stderr)
+
+
+# -- compare --------------------------------------------------------------------
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    failed = False
+    results = []
+    with ExitStack() as stack:
+        # Open the device first: a missing extension or GPU should fail fast.
+        session = stack.enter_context(candidate.open_session(args.backend, args.device))
+        files = args.files
+        if not files:
+            workdir = args.workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="pyprores-"))
+            files = [str(p) for p in clips.generate_defaults(workdir)]
+        for path in files:
+            bar = ProgressBar(Path(path).name, enabled=False if args.quiet else args.progress)
+            try:
+                results.append(compare_file(path, session, args.frames, args.worst, bar))
+            except (DeviceError, NativeLibraryError):
+                raise            # nothing else can succeed either
+            except PyproresError as e:
+                failed = True    # report it, and still check the other files
+                _error(str(e))
+            finally:
+                bar.finish()
+    summary = summarize(results, args.max_dev)
+    summary.backend = summary.backend or args.backend
+    if results and not args.quiet and args.json != "-":
+        print_summary(summary, sys.stdout)
+    if args.json:
+        write_json(summary, args.json)
+    if args.map and results:
+        for written in write_maps(args.map, results):
+            if not args.quiet and args.json != "-":
+                print(f"deviation map: {written}")
+    if failed:
+        return EXIT_ERROR
+    return EXIT_OK if summary.passed else EXIT_DEVIATION
+
+
+# -- inspect --------------------------------------------------------------------
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    native = candidate.load_native()
+    with demux.open(args.file) as src:
+        packet, count = None, 0
+        for data in src.packets():
+            if count == args.frame:
+                packet = data
+                break
+            count += 1
+        if packet is None:
+            raise PyproresError(f"{args.file} has {count} frame(s); --frame counts from 0")
+        info = native.inspect(packet, src.info.codec_tag)
+        tag = src.info.codec_tag
+    if args.json:
+        doc = {"file": args.file, "frame": args.frame, "packet_size": len(packet), "codec_tag": tag,
+               "frame_info": dataclasses.asdict(info)}
+        doc["frame_info"]["alpha"] = info.alpha
+        print(json.dumps(doc, indent=2))
+    else:
+        print(inspect_text(args.file, args.frame, len(packet), tag, info))
+    return EXIT_OK
+
+
+INTERLACE = {0: "progressive", 1: "interlaced, top field first", 2: "interlaced, bottom field first"}
+ALPHA = {0: "none", 1: "8-bit", 2: "16-bit"}
+
+
+def inspect_text(path: str, frame: int, size: int, tag: str, info) -> str:
+    """Frame header facts, then one slice table per picture."""
+    lines = [f"{path}, frame {frame}: {size} bytes, codec tag {tag}",
+             f"  {info.width}x{info.height}, {info.chroma_format[0]}:{info.chroma_format[1]}:"
+             f"{info.chroma_format[2]}, {info.bit_depth}-bit ({info.pix_fmt}), alpha: "
+             f"{ALPHA.get(info.alpha_info, info.alpha_info)}, "
+             f"{INTERLACE.get(info.interlace_mode, f'interlace mode {info.interlace_mode}')}"]
+    for p, pic in enumerate(info.pictures):
+        lines.append(f"  picture {p} ({pic.field}): byte {pic.offset}, {pic.size} bytes, "
+                     f"{pic.mb_width}x{pic.mb_height} MBs, slices of up to {1 << pic.log2_slice_mb_width} "
+                     f"MBs, {len(pic.slices)} slices")
+        header = ("slice", "mb_x", "mb_y", "MBs", "x", "row", "offset", "size", "qscale")
+        rows = [header] + [(s.index, s.mb_x, s.mb_y, s.mb_count, s.mb_x * MB_SIZE, s.mb_y * MB_SIZE,
+                            s.offset, s.size, s.qscale) for s in pic.slices]
+        widths = [max(len(str(r[i])) for r in rows) for i in range(len(header))]
+        lines += ["    " + "  ".join(str(c).rjust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(lines)
