@@ -1,0 +1,126 @@
+"""Shared pytest fixtures for pyprores.
+
+Paths come from the layout scripts/setup makes (run the suite with ./scripts/test):
+  build/ffmpeg/      symlink to ~/.cache/pyprores/ffmpeg/<key>/ (bin/, lib/, include/,
+                     lib/pkgconfig/, BUILDINFO); override with $PYPRORES_FFMPEG_DIR
+  .venv/             the project's virtualenv, pyprores installed editable
+
+Fixtures:
+  repo_root          Path of the repository
+  ffmpeg_dir         Path of the FFmpeg build (fails the test if it is missing)
+  ffmpeg_bin         Path of build/ffmpeg/bin/ffmpeg
+  ffprobe_bin        Path of build/ffmpeg/bin/ffprobe
+  run_ffmpeg         run_ffmpeg(*args, validate=False, check=True, timeout=300)
+  run_ffprobe        same for ffprobe
+  ffmpeg_tarball     Path of the pristine ffmpeg-7.1.5.tar.xz (skips if none is at hand)
+
+Vulkan validation: ./scripts/test exports PYPRORES_VALIDATION=1. A test that wants
+VK_LAYER_KHRONOS_validation passes validate=True to run_ffmpeg (it is then enabled
+through VK_LOADER_LAYERS_ENABLE when PYPRORES_VALIDATION=1) and checks
+validation_errors(result.stderr).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TARBALL_NAME = "ffmpeg-7.1.5.tar.xz"
+
+# Messages Debian 12's validation layers (1.3.239) print for every FFmpeg 7.1.5 run:
+# they predate the Vulkan 1.4 headers FFmpeg is built with, so they do not know its
+# pNext structures. Not bugs of ours.
+KNOWN_LAYER_NOISE = ("-pNext-pNext",)
+
+
+def ffmpeg_dir_path() -> Path:
+    return Path(os.environ.get("PYPRORES_FFMPEG_DIR") or REPO_ROOT / "build" / "ffmpeg")
+
+
+def validation_requested() -> bool:
+    return os.environ.get("PYPRORES_VALIDATION") == "1"
+
+
+def vulkan_env(validate: bool = False) -> dict[str, str]:
+    """Environment for a Vulkan-using subprocess; adds the validation layer if asked."""
+    env = dict(os.environ)
+    if validate and validation_requested():
+        env["VK_LOADER_LAYERS_ENABLE"] = "*validation*"
+    return env
+
+
+def validation_errors(stderr: str, ignore: tuple[str, ...] = KNOWN_LAYER_NOISE) -> list[str]:
+    """Validation-layer error lines in stderr, minus the known layer noise."""
+    return [line for line in stderr.splitlines()
+            if "Validation Error" in line and not any(i in line for i in ignore)]
+
+
+def find_tarball() -> Path | None:
+    """The pristine tarball, looked up like scripts/setup does (no download)."""
+    candidates = []
+    if os.environ.get("PYPRORES_FFMPEG_TARBALL"):
+        candidates.append(Path(os.environ["PYPRORES_FFMPEG_TARBALL"]))
+    candidates.append(REPO_ROOT.parent / "shared" / "ffmpeg" / TARBALL_NAME)
+    cache = Path(os.environ.get("PYPRORES_CACHE") or Path.home() / ".cache" / "pyprores")
+    candidates.append(cache / "downloads" / TARBALL_NAME)
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def _runner(binary: Path):
+    def run(*args, validate: bool = False, check: bool = True, timeout: float = 300,
+            **kwargs) -> subprocess.CompletedProcess:
+        cmd = [str(binary), *map(str, args)]
+        kwargs.setdefault("env", vulkan_env(validate))
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kwargs)
+        if check and res.returncode != 0:
+            tail = "\n".join(res.stderr.splitlines()[-40:])
+            raise AssertionError(f"{' '.join(cmd)}\nexited {res.returncode}; stderr tail:\n{tail}")
+        return res
+    return run
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def ffmpeg_dir() -> Path:
+    d = ffmpeg_dir_path()
+    if not (d / "bin" / "ffmpeg").is_file():
+        pytest.fail(f"no FFmpeg build at {d}: run ./scripts/setup (or ./scripts/test)")
+    return d
+
+
+@pytest.fixture(scope="session")
+def ffmpeg_bin(ffmpeg_dir: Path) -> Path:
+    return ffmpeg_dir / "bin" / "ffmpeg"
+
+
+@pytest.fixture(scope="session")
+def ffprobe_bin(ffmpeg_dir: Path) -> Path:
+    return ffmpeg_dir / "bin" / "ffprobe"
+
+
+@pytest.fixture(scope="session")
+def run_ffmpeg(ffmpeg_bin: Path):
+    """run_ffmpeg(*args, validate=False, check=True, timeout=300) -> CompletedProcess."""
+    return _runner(ffmpeg_bin)
+
+
+@pytest.fixture(scope="session")
+def run_ffprobe(ffprobe_bin: Path):
+    """run_ffprobe(*args, validate=False, check=True, timeout=300) -> CompletedProcess."""
+    return _runner(ffprobe_bin)
+
+
+@pytest.fixture(scope="session")
+def ffmpeg_tarball() -> Path:
+    t = find_tarball()
+    if t is None:
+        pytest.skip(f"{TARBALL_NAME} not at hand (set PYPRORES_FFMPEG_TARBALL)")
+    return t

@@ -1,0 +1,81 @@
+"""The foundation: tarball, patch series, FFmpeg build, Vulkan, package import."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import validation_errors, validation_requested, vulkan_env
+
+PATCH_DIR = Path(__file__).resolve().parent.parent / "ffmpeg_patches"
+
+
+def series() -> list[str]:
+    path = PATCH_DIR / "series"
+    if not path.is_file():
+        return []
+    names = []
+    for line in path.read_text().splitlines():
+        fields = line.split("#", 1)[0].split()
+        if fields:
+            names.append(fields[0])
+    return names
+
+
+def test_checksum_file_matches_tarball(ffmpeg_tarball: Path):
+    expected, name = (PATCH_DIR / "ffmpeg-7.1.5.tar.xz.sha256").read_text().split()[:2]
+    assert name == "ffmpeg-7.1.5.tar.xz"
+    assert hashlib.sha256(ffmpeg_tarball.read_bytes()).hexdigest() == expected
+
+
+def test_series_applies_to_pristine_tarball(repo_root: Path, ffmpeg_tarball: Path,
+                                            tmp_path: Path):
+    src = tmp_path / "ffmpeg"
+    env = dict(os.environ, PYPRORES_FFMPEG_TARBALL=str(ffmpeg_tarball))
+    res = subprocess.run([str(repo_root / "scripts" / "setup"), "--quiet", "--apply-only", str(src)],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr
+    log = subprocess.run(["git", "-C", str(src), "log", "--format=%s"],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert len(log) == 1 + len(series())
+    assert (src / "configure").is_file()
+
+
+def test_build_matches_series(ffmpeg_dir: Path):
+    """build/ffmpeg was built from the current series (else: run ./scripts/setup)."""
+    for rel in ("bin/ffmpeg", "bin/ffprobe", "lib/libavcodec.so", "lib/pkgconfig/libavcodec.pc",
+                "include/libavcodec/avcodec.h", ".pyprores-stamp", "BUILDINFO"):
+        assert (ffmpeg_dir / rel).exists(), rel
+    info = (ffmpeg_dir / "BUILDINFO").read_text().splitlines()
+    built = info[info.index("patches:") + 1:info.index("configure:")]
+    assert [p.strip() for p in built] == series(), \
+        "build/ffmpeg is stale for ffmpeg_patches/series: run ./scripts/setup"
+
+
+def test_vulkan_hwupload_roundtrip(run_ffmpeg):
+    res = run_ffmpeg("-hide_banner", "-init_hw_device", "vulkan=vk:0",
+                     "-f", "lavfi", "-i", "testsrc2=s=64x64:d=0.1",
+                     "-vf", "format=yuv420p,hwupload,hwdownload,format=yuv420p",
+                     "-f", "null", "-", timeout=120)
+    assert "frame=" in res.stderr
+
+
+def test_validation_layer_enabled(run_ffmpeg):
+    """PYPRORES_VALIDATION=1 + validate=True really loads VK_LAYER_KHRONOS_validation."""
+    if not validation_requested():
+        pytest.skip("PYPRORES_VALIDATION is not 1")
+    env = dict(vulkan_env(validate=True), VK_LOADER_DEBUG="layer")
+    res = run_ffmpeg("-hide_banner", "-init_hw_device", "vulkan=vk:0",
+                     "-f", "lavfi", "-i", "color=s=16x16:d=0.04", "-f", "null", "-",
+                     env=env, timeout=120)
+    assert 'Insert instance layer "VK_LAYER_KHRONOS_validation"' in res.stderr
+    assert validation_errors(res.stderr) == []
+
+
+def test_import_pyprores():
+    import pyprores
+
+    assert pyprores.__version__
