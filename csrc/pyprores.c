@@ -51,6 +51,7 @@ struct ppr_session {
     int validation_count;           /* all messages seen */
     int validation_kept;            /* messages stored (at most PPR_VALIDATION_KEEP) */
     char **validation_msgs;
+    char *validation_ignore;        /* ';'-separated substrings from the environment */
 
     /* get_format bookkeeping */
     int vulkan_offered;
@@ -162,10 +163,45 @@ static void append_line(char *dst, size_t dst_size, int *open, const char *line)
 
 #define PPR_VALIDATION_KEEP 1000
 
+/* Known noise of Debian 12's validation layers (1.3.239), older than the
+ * Vulkan headers FFmpeg is built with: they flag every structure and
+ * extension newer than themselves. Not bugs of FFmpeg's or ours. */
+static const char *const validation_noise[] = {
+    "-pNext-pNext",
+    "is not supported by this layer",
+    NULL
+};
+
+static int ignored_validation(const ppr_session *s, const char *line)
+{
+    const char *p, *end;
+    int i;
+    for (i = 0; validation_noise[i]; i++)
+        if (strstr(line, validation_noise[i]))
+            return 1;
+    for (p = s->validation_ignore; p && *p; p = *end ? end + 1 : end) {
+        char pat[256];
+        size_t n;
+        end = strchr(p, ';');
+        if (!end)
+            end = p + strlen(p);
+        n = (size_t)(end - p);
+        if (n && n < sizeof(pat)) {
+            memcpy(pat, p, n);
+            pat[n] = 0;
+            if (strstr(line, pat))
+                return 1;
+        }
+    }
+    return 0;
+}
+
 static void keep_validation(ppr_session *s, const char *line)  /* g_lock held */
 {
     char **msgs;
     size_t n;
+    if (ignored_validation(s, line))
+        return;
     s->validation_count++;
     if (s->validation_kept >= PPR_VALIDATION_KEEP)
         return;
@@ -371,6 +407,7 @@ static void session_free(ppr_session *s)
     for (p = 0; p < s->validation_kept; p++)
         free(s->validation_msgs[p]);
     free(s->validation_msgs);
+    free(s->validation_ignore);
     {
         ppr_session **pp;
         for (pp = &g_sessions; *pp; pp = &(*pp)->next)
@@ -384,6 +421,12 @@ static void session_free(ppr_session *s)
 }
 
 int ppr_open(ppr_session **out, const char *backend, const char *device, int threads)
+{
+    return ppr_open_ex(out, backend, device, threads, 0);
+}
+
+int ppr_open_ex(ppr_session **out, const char *backend, const char *device, int threads,
+                unsigned flags)
 {
     ppr_session *s;
     int ret;
@@ -430,6 +473,13 @@ int ppr_open(ppr_session **out, const char *backend, const char *device, int thr
         char msg[PPR_MSG_SIZE];
 
         s->validation = env_validation();
+        if (s->validation && getenv("PYPRORES_VALIDATION_IGNORE")) {
+            s->validation_ignore = strdup(getenv("PYPRORES_VALIDATION_IGNORE"));
+            if (!s->validation_ignore) {
+                session_free(s);
+                return leave(ppr__fail(PPR_ENOMEM, "out of memory"));
+            }
+        }
         if (s->validation && av_dict_set(&opts, "debug", "1", 0) < 0) {
             session_free(s);
             return leave(ppr__fail(PPR_ENOMEM, "out of memory"));
@@ -454,7 +504,7 @@ int ppr_open(ppr_session **out, const char *backend, const char *device, int thr
         s->device_ready = 1;
         vulkan_device_name(s);
 
-        if (!ppr_has_hwaccel("vulkan")) {
+        if (!(flags & PPR_OPEN_NO_HWACCEL_CHECK) && !ppr_has_hwaccel("vulkan")) {
             char name[256];
             snprintf(name, sizeof(name), "%s", s->device_name);
             session_free(s);

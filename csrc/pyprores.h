@@ -187,14 +187,28 @@ int ppr_frame_layout(const ppr_frame_info *info, ppr_planes *out);
  * device:  vulkan only: NULL (FFmpeg's default device), an index ("0") or a
  *          substring of the device name; passed to av_hwdevice_ctx_create().
  * With the environment variable PYPRORES_VALIDATION=1 the Vulkan device is
- * created with the Khronos validation layer (debug=validate), and every
- * validation message is counted (ppr_validation_messages). A vulkan session
+ * created with the Khronos validation layer (FFmpeg's device option
+ * debug=1, "validate"), and its messages are counted
+ * (ppr_validation_messages); without the layer installed ppr_open fails with
+ * PPR_ENODEVICE. A vulkan session
  * never falls back to software: when the build has no ProRes Vulkan hwaccel,
  * ppr_open fails with PPR_ENOHWACCEL (after the device was found, so the
  * message names it); when no device can be created, with PPR_ENODEVICE.
  * On failure *out is NULL and ppr_last_error(NULL) explains. */
 int ppr_open(ppr_session **out, const char *backend, const char *device,
              int threads);
+
+/* Flags of ppr_open_ex(). */
+enum {
+    /* vulkan: open the device even when this FFmpeg build has no ProRes
+     * Vulkan hwaccel; every decode then fails with PPR_ENOHWACCEL (never a
+     * software fallback). For diagnostics (device name, validation) and tests. */
+    PPR_OPEN_NO_HWACCEL_CHECK = 1
+};
+
+/* ppr_open() with flags (PPR_OPEN_*). */
+int ppr_open_ex(ppr_session **out, const char *backend, const char *device,
+                int threads, unsigned flags);
 
 /* Free everything the session holds. NULL-safe. */
 void ppr_close(ppr_session *session);
@@ -211,7 +225,11 @@ const char *ppr_backend(ppr_session *session);
  * Counted: lines that FFmpeg's Vulkan device context logs at warning level or
  * worse once the device exists (that is where hwcontext_vulkan routes the
  * Khronos layer's debug messenger), plus lines during device creation that
- * look like validation output ("VUID-", "Validation", "MessageID"). */
+ * look like validation output ("VUID-", "Validation", "MessageID").
+ * Not counted: the known noise of validation layers older than FFmpeg's
+ * Vulkan headers (messages containing "-pNext-pNext" or "is not supported by
+ * this layer"), and messages containing any of the ';'-separated substrings
+ * in the environment variable PYPRORES_VALIDATION_IGNORE (read at ppr_open). */
 int ppr_validation_messages(ppr_session *session);
 /* 1 when the session runs with the validation layer. */
 int ppr_validation_enabled(ppr_session *session);

@@ -155,11 +155,13 @@ class Session:
     messages are collected in :attr:`validation_messages`.
 
     Raises DeviceError when no Vulkan device can be created or when the
-    FFmpeg build has no ProRes Vulkan hwaccel.
+    FFmpeg build has no ProRes Vulkan hwaccel. ``require_hwaccel=False``
+    opens the Vulkan device anyway (for its name or validation checks);
+    decoding then raises DeviceError, never falling back to software.
     """
 
     def __init__(self, backend: str = "vulkan", device: str | int | None = None,
-                 threads: int = 0) -> None:
+                 threads: int = 0, *, require_hwaccel: bool = True) -> None:
         L = _lib()
         self._ptr: Any = None
         self._frame_info: FrameInfo | None = None
@@ -168,7 +170,8 @@ class Session:
             raise ValueError(f"backend must be 'vulkan' or 'software', not {backend!r}")
         out = ffi.new("ppr_session **")
         dev = ffi.NULL if device is None else str(device).encode()
-        rc = L.ppr_open(out, backend.encode(), dev, int(threads))
+        flags = 0 if require_hwaccel else L.PPR_OPEN_NO_HWACCEL_CHECK
+        rc = L.ppr_open_ex(out, backend.encode(), dev, int(threads), flags)
         if rc < 0:
             _raise(rc)
         self._ptr = out[0]
