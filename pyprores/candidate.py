@@ -29,13 +29,16 @@ def open_session(backend: str = "vulkan", device: str | None = None, threads: in
 
 
 def load_native():
-    """Import ``pyprores.native`` or explain how to get it."""
+    """``pyprores.native`` with its compiled part loaded, or a
+    ``NativeLibraryError`` that says how to build it."""
+    hint = "build it with ./scripts/setup (the patched FFmpeg plus the cffi extension)"
     try:
         from . import native
     except ImportError as e:
-        raise NativeLibraryError(
-            f"the native extension is not available ({e}); build it against the patched "
-            "FFmpeg (see the README) and reinstall pyprores") from e
+        raise NativeLibraryError(f"the native extension is not available ({e}); {hint}") from e
+    if not native.available():   # native.py imports even when _native is not built
+        reason = getattr(native, "_IMPORT_ERROR", None) or "pyprores._native is not built"
+        raise NativeLibraryError(f"the native extension is not available ({reason}); {hint}")
     return native
 
 

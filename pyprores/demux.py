@@ -69,8 +69,23 @@ class ProResSource:
         self.info = StreamInfo(
             path=self.path, index=stream.index, width=cc.width, height=cc.height,
             frames=stream.frames or None, codec_tag=tag, profile=cc.profile or None,
-            pix_fmt=cc.pix_fmt, field_order=FIELD_ORDERS.get(int(cc.field_order or 0), "unknown"),
+            pix_fmt=cc.pix_fmt, field_order=self._field_order(),
             time_base=Fraction(stream.time_base) if stream.time_base else Fraction(0))
+
+    def _field_order(self) -> str:
+        """The container's field order; PyAV < 16 does not expose it, so then
+        the first frame header's interlace mode answers instead."""
+        order = getattr(self._stream.codec_context, "field_order", None)
+        if order is not None:
+            return FIELD_ORDERS.get(int(order), "unknown")
+        try:
+            first = next((bytes(p) for p in self._container.demux(self._stream) if p.size), b"")
+            self._container.seek(0, stream=self._stream)
+        except av.error.FFmpegError:
+            return "unknown"
+        if len(first) < 21 or first[4:8] != b"icpf":
+            return "unknown"
+        return {0: "progressive", 1: "tt"}.get((first[20] >> 2) & 3, "bb")
 
     # -- iteration ----------------------------------------------------------
 
