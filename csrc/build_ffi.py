@@ -94,6 +94,10 @@ def build_in_place() -> str:
     # cffi compiles from inside tmpdir: give it absolute source paths
     built = make_builder(absolute_sources=True).compile(tmpdir=tmp, verbose=False)
     dest = os.path.join(REPO, "pyprores", os.path.basename(built))
+    # drop other builds (e.g. pip's _native.abi3.so): Python would pick one by suffix order
+    for old in glob.glob(os.path.join(REPO, "pyprores", "_native*.so")):
+        if os.path.abspath(old) != os.path.abspath(dest):
+            os.remove(old)
     shutil.copy2(built, dest)
     return dest
 
