@@ -1,0 +1,166 @@
+/*
+ * ppr_smoke: drive the whole C API once (for valgrind / ASan runs, see
+ * scripts/memcheck-native). Reads concatenated ProRes packets (each starts
+ * with its 32-bit big-endian size, as ProRes frames do, e.g. the output of
+ * `ffmpeg ... -c:v prores_ks -f rawvideo out.prores`) and, per packet:
+ * inspect, layout, decode, rebuild from all slices, rebuild with one slice
+ * garbled, rebuild with one slice left out; then error paths; then close.
+ *
+ * Usage: ppr_smoke FILE FOURCC [software|vulkan [nohwcheck]]
+ * Exit status 0 when every call behaved as expected.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pyprores.h"
+
+#define CHECK(cond, ...) do { if (!(cond)) { fprintf(stderr, __VA_ARGS__); \
+    fprintf(stderr, " [%s:%d] (%s)\n", __FILE__, __LINE__, ppr_last_error(s)); failures++; } } while (0)
+
+static int alloc_planes(ppr_planes *pl)
+{
+    for (int i = 0; i < pl->count; i++) {
+        pl->plane[i].stride = (ptrdiff_t)pl->plane[i].width * 2 + 32;   /* padded rows */
+        pl->plane[i].data = malloc((size_t)pl->plane[i].stride * pl->plane[i].height);
+        if (!pl->plane[i].data)
+            return -1;
+    }
+    return 0;
+}
+
+static void free_planes(ppr_planes *pl)
+{
+    for (int i = 0; i < pl->count; i++)
+        free(pl->plane[i].data);
+}
+
+static int same_planes(const ppr_planes *a, const ppr_planes *b)
+{
+    for (int i = 0; i < a->count; i++)
+        for (int y = 0; y < a->plane[i].height; y++)
+            if (memcmp((uint8_t *)a->plane[i].data + y * a->plane[i].stride,
+                       (uint8_t *)b->plane[i].data + y * b->plane[i].stride,
+                       (size_t)a->plane[i].width * 2))
+                return 0;
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    ppr_session *s = NULL;
+    int failures = 0, ret, packets = 0;
+    unsigned flags = 0;
+    uint32_t tag;
+    FILE *f;
+    uint8_t *data;
+    long size, pos;
+
+    if (argc < 3 || strlen(argv[2]) != 4) {
+        fprintf(stderr, "usage: %s FILE FOURCC [software|vulkan [nohwcheck]]\n", argv[0]);
+        return 2;
+    }
+    tag = (uint32_t)argv[2][0] | (uint32_t)argv[2][1] << 8 | (uint32_t)argv[2][2] << 16 |
+          (uint32_t)argv[2][3] << 24;
+    if (argc > 4 && !strcmp(argv[4], "nohwcheck"))
+        flags |= PPR_OPEN_NO_HWACCEL_CHECK;
+    f = fopen(argv[1], "rb");
+    if (!f || fseek(f, 0, SEEK_END) || (size = ftell(f)) <= 0 || fseek(f, 0, SEEK_SET)) {
+        fprintf(stderr, "cannot read %s\n", argv[1]);
+        return 2;
+    }
+    data = malloc((size_t)size);
+    if (!data || fread(data, 1, (size_t)size, f) != (size_t)size)
+        return 2;
+    fclose(f);
+
+    ret = ppr_open_ex(&s, argc > 3 ? argv[3] : "software", NULL, 0, flags);
+    if (ret < 0) {
+        fprintf(stderr, "ppr_open: %s: %s\n", ppr_strerror(ret), ppr_last_error(NULL));
+        free(data);
+        return 1;
+    }
+    printf("device: %s (%s)\n", ppr_device_name(s), ppr_backend(s));
+
+    for (pos = 0; pos + 8 <= size; packets++) {
+        long psize = (long)((uint32_t)data[pos] << 24 | data[pos + 1] << 16 | data[pos + 2] << 8 | data[pos + 3]);
+        const uint8_t *pkt = data + pos;
+        ppr_frame_info info;
+        ppr_planes whole, rebuilt;
+
+        if (psize < 8 || pos + psize > size) {
+            fprintf(stderr, "bad packet size at %ld\n", pos);
+            failures++;
+            break;
+        }
+        pos += psize;
+
+        ret = ppr_inspect(pkt, (size_t)psize, tag, &info);
+        CHECK(ret == 0, "inspect: %s", ppr_strerror(ret));
+        if (ret < 0)
+            continue;
+        ppr_frame_layout(&info, &whole);
+        ppr_frame_layout(&info, &rebuilt);
+        if (alloc_planes(&whole) < 0 || alloc_planes(&rebuilt) < 0)
+            return 1;
+
+        ret = ppr_decode(s, pkt, (size_t)psize, tag, &whole);
+        CHECK(ret == 0 || (flags && ret == PPR_ENOHWACCEL), "decode: %s", ppr_strerror(ret));
+        if (ret == 0) {
+            /* rebuild from all slices: same picture */
+            ppr_frame_begin(s, pkt, (size_t)psize, tag);
+            for (int p = 0; p < info.picture_count; p++)
+                for (int i = 0; i < info.pictures[p].slice_count; i++)
+                    ppr_frame_submit_slice(s, p, i, pkt + info.pictures[p].slices[i].offset,
+                                           info.pictures[p].slices[i].size);
+            ret = ppr_frame_end(s, &rebuilt);
+            CHECK(ret == 0 && same_planes(&whole, &rebuilt), "rebuilt frame differs");
+
+            /* one slice garbled: decodes (maybe flagged corrupt) */
+            ppr_frame_begin(s, pkt, (size_t)psize, tag);
+            for (int p = 0; p < info.picture_count; p++)
+                for (int i = 0; i < info.pictures[p].slice_count; i++) {
+                    size_t n = info.pictures[p].slices[i].size;
+                    uint8_t *copy = malloc(n);
+                    memcpy(copy, pkt + info.pictures[p].slices[i].offset, n);
+                    if (i == 0)
+                        for (size_t k = 0; k < n; k++)
+                            copy[k] = (uint8_t)(k * 151 + 7);
+                    ppr_frame_submit_slice(s, p, i, copy, n);
+                    free(copy);
+                }
+            ret = ppr_frame_end(s, &rebuilt);
+            CHECK(ret == 0 || ret == PPR_EDECODE, "garbled slice: %s", ppr_strerror(ret));
+
+            /* a slice left out, and a frame abandoned by a new begin */
+            ppr_frame_begin(s, pkt, (size_t)psize, tag);
+            ppr_frame_submit_slice(s, 0, 0, pkt + info.pictures[0].slices[0].offset, 6);
+            ppr_frame_begin(s, pkt, (size_t)psize, tag);
+            ret = ppr_frame_end(s, &rebuilt);
+            CHECK(ret == PPR_EDECODE || ret == 0, "left-out slices: %s", ppr_strerror(ret));
+        }
+
+        /* error paths */
+        ret = ppr_decode(s, pkt, (size_t)psize / 2, tag, &whole);
+        CHECK(ret < 0 || flags, "half packet decoded");
+        ret = ppr_decode(s, (const uint8_t *)"0123456789abcdefghijklmnopqrstuvwxyz", 36, tag, &whole);
+        CHECK(ret == PPR_ENOTPRORES, "not prores: %s", ppr_strerror(ret));
+        ret = ppr_decode(s, pkt, 0, tag, &whole);
+        CHECK(ret == PPR_ETRUNCATED, "empty: %s", ppr_strerror(ret));
+        {
+            ppr_frame_info bad;
+            ret = ppr_inspect(pkt, 20, tag, &bad);
+            CHECK(ret == PPR_ETRUNCATED, "short inspect: %s", ppr_strerror(ret));
+            ppr_frame_info_free(&bad);
+        }
+
+        free_planes(&whole);
+        free_planes(&rebuilt);
+        ppr_frame_info_free(&info);
+    }
+    printf("packets: %d, failures: %d, validation messages: %d\n", packets, failures,
+           ppr_validation_messages(s));
+    ppr_close(s);
+    free(data);
+    return failures ? 1 : 0;
+}
