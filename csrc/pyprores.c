@@ -493,11 +493,14 @@ int ppr_open_ex(ppr_session **out, const char *backend, const char *device, int 
         ret = av_hwdevice_ctx_create(&s->hw_device, AV_HWDEVICE_TYPE_VULKAN, device, opts, 0);
         av_dict_free(&opts);
         if (ret < 0) {
+            int validation = s->validation;
             last_av_error(s, msg, sizeof(msg));
             session_free(s);
-            return leave(ppr__fail(PPR_ENODEVICE, "could not create a Vulkan device%s%s%s: %s%s%s",
+            return leave(ppr__fail(PPR_ENODEVICE, "could not create a Vulkan device%s%s%s: %s%s%s%s",
                                    device ? " \"" : "", device ? device : "", device ? "\"" : "",
-                                   av_err2str(ret), msg[0] ? " - " : "", msg));
+                                   av_err2str(ret), msg[0] ? " - " : "", msg,
+                                   validation ? " (PYPRORES_VALIDATION=1 needs the Khronos "
+                                   "validation layer: apt-get install vulkan-validationlayers)" : ""));
         }
         dc = (AVHWDeviceContext *)s->hw_device->data;
         dc->user_opaque = s;
@@ -645,10 +648,13 @@ static int open_decoder(ppr_session *s, uint32_t tag, const ppr_frame_info *info
 static int check_planes(ppr_session *s, const ppr_frame_info *info, const ppr_planes *out)
 {
     ppr_planes want;
+    char msg[PPR_MSG_SIZE];
     int i, ret = ppr_frame_layout(info, &want);
 
-    if (ret < 0)
-        return sfail(s, ret, "%s", tls_err);
+    if (ret < 0) {
+        snprintf(msg, sizeof(msg), "%s", tls_err);   /* sfail writes tls_err */
+        return sfail(s, ret, "%s", msg);
+    }
     if (!out)
         return sfail(s, PPR_EINVAL, "planes is NULL");
     if (out->count != want.count)
