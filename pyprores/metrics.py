@@ -3,7 +3,8 @@
 Everything here is exact integer bookkeeping (sums of errors, squared errors,
 counts) so that results of many frames, or many files, combine without
 rounding: derived figures (means, RMSE, PSNR) are computed from the sums on
-demand.  Per-slice maxima come from a per-macroblock maximum map (one
+demand.  The sums come from one full-range histogram of the signed
+deviations; per-slice maxima from a per-macroblock maximum map (one
 reshape), reduced per slice with ``np.maximum.reduceat``.
 """
 
@@ -148,55 +149,84 @@ def compare_plane(reference: np.ndarray, candidate: np.ndarray, plane: str, bit_
     """Deviation statistics of one plane of one frame.
 
     ``info`` (the frame's headers) enables per-slice attribution; without it
-    only the whole-plane figures are filled in.
+    only the whole-plane figures are filled in.  A bit-exact plane — the
+    case that matters most — costs one comparison pass; otherwise every
+    figure comes from one histogram of the signed deviations.
     """
     if reference.shape != candidate.shape:
         raise ValueError(f"plane {plane}: candidate shape {candidate.shape} != reference {reference.shape}")
-    diff = candidate.astype(np.int32) - reference.astype(np.int32)
-    absdiff = np.abs(diff)
-    peak = (1 << bit_depth) - 1
-    flat = diff.ravel()
-    sq = int(np.einsum("i,i->", flat, flat, dtype=np.int64))   # no int64 copy of the plane
-    hist = np.bincount((np.clip(diff, -HIST_RANGE, HIST_RANGE) + HIST_RANGE).ravel(),
-                       minlength=2 * HIST_RANGE + 1).astype(np.int64)
-    stats = PlaneStats(
-        plane=plane, bit_depth=bit_depth, samples=int(diff.size),
-        max_abs=int(absdiff.max()) if diff.size else 0,
-        mismatches=int(diff.size - hist[HIST_RANGE]),
-        sum_error=int(diff.sum(dtype=np.int64)), sum_abs_error=int(absdiff.sum(dtype=np.int64)),
-        sum_sq_error=sq, sse_over_peak2=sq / (peak * peak), histogram=hist, worst_n=worst_n)
+    mismatches = int(np.count_nonzero(candidate != reference))
+    hist = np.zeros(2 * HIST_RANGE + 1, np.int64)
+    hist[HIST_RANGE] = reference.size - mismatches
+    stats = PlaneStats(plane=plane, bit_depth=bit_depth, samples=int(reference.size),
+                       mismatches=mismatches, histogram=hist, worst_n=worst_n)
+    absdiff = None
+    if mismatches:
+        diff = _difference(reference, candidate)
+        absdiff = np.abs(diff)
+        _fill_from_histogram(stats, diff)
     if info is not None and info.pictures:
-        values, devs = slice_maxima(absdiff, info, plane, frame_index)
         layout = layout if layout is not None else slice_layout(info)
         pictures = tuple((p.field, p.mb_width, p.mb_height) for p in info.pictures)
+        if absdiff is not None:
+            values = slice_maxima(absdiff, info, plane)
+            stats.worst = worst_slices(values, info, plane, reference.shape, frame_index, worst_n)
+        else:
+            values = np.zeros(len(layout), np.int64)
         stats.grid = SliceGrid(layout, pictures, values)
-        nonzero = [d for d in devs if d.max_abs > 0]
-        stats.worst = sorted(nonzero, key=SliceDeviation.sort_key)[:worst_n]
     return stats
 
 
-def slice_maxima(absdiff: np.ndarray, info: FrameInfo, plane: str,
-                 frame_index: int = 0) -> tuple[np.ndarray, list[SliceDeviation]]:
+def _difference(reference: np.ndarray, candidate: np.ndarray) -> np.ndarray:
+    """candidate - reference, in int16 when both fit (10/12-bit samples
+    always do; halves the memory traffic), else in int32."""
+    if int(candidate.max()) < 32768 and int(reference.max()) < 32768:
+        return np.subtract(candidate.view(np.int16), reference.view(np.int16))
+    return np.subtract(candidate, reference, dtype=np.int32)
+
+
+def _fill_from_histogram(stats: PlaneStats, diff: np.ndarray) -> None:
+    """Exact sums from one full-range histogram of the signed deviations:
+    a single bincount pass instead of one pass per figure."""
+    offset = 1 << 15 if diff.dtype == np.int16 else 1 << 16
+    if diff.dtype == np.int16:   # wraps -32767..32767 onto 1..65535
+        keys = (diff.view(np.uint16) + np.uint16(offset)).ravel()
+    else:
+        keys = (diff.astype(np.int64) + offset).ravel()
+    full = np.bincount(keys)
+    used = np.flatnonzero(full)
+    values, counts = used.astype(np.int64) - offset, full[used].astype(np.int64)
+    peak = stats.peak
+    stats.max_abs = int(np.abs(values).max())
+    stats.sum_error = int((values * counts).sum())
+    stats.sum_abs_error = int((np.abs(values) * counts).sum())
+    stats.sum_sq_error = int((values * values * counts).sum())
+    stats.sse_over_peak2 = stats.sum_sq_error / (peak * peak)
+    clipped = np.clip(values, -HIST_RANGE, HIST_RANGE) + HIST_RANGE
+    stats.histogram = np.bincount(clipped, weights=counts, minlength=2 * HIST_RANGE + 1).astype(np.int64)
+
+
+def slice_maxima(absdiff: np.ndarray, info: FrameInfo, plane: str) -> np.ndarray:
     """Max |deviation| per slice, in :func:`geometry.slice_layout` order.
 
     Builds, per picture, a macroblock max map by padding the picture's rows to
     whole macroblocks and reshaping; each slice is then a contiguous run of
     that map in raster order, reduced with one ``maximum.reduceat``.
     """
-    rows, cols = absdiff.shape
     mbw, mbh = mb_size(plane, info.chroma_format)
     values: list[np.ndarray] = []
-    devs: list[SliceDeviation] = []
-    for p, pic in enumerate(info.pictures):
+    for pic in info.pictures:
         if not pic.slices:
             continue
         first, step = field_rows(pic.field)
         part = absdiff[first::step, :]
         h, w = pic.mb_height * mbh, pic.mb_width * mbw
-        padded = np.zeros((h, w), dtype=absdiff.dtype)
-        ch, cw = min(h, part.shape[0]), min(w, part.shape[1])
-        padded[:ch, :cw] = part[:ch, :cw]
-        mb_map = padded.reshape(pic.mb_height, mbh, pic.mb_width, mbw).max(axis=(1, 3)).ravel()
+        if part.shape != (h, w):   # partial macroblocks: pad with zeros (or crop bad headers)
+            padded = np.zeros((h, w), dtype=absdiff.dtype)
+            ch, cw = min(h, part.shape[0]), min(w, part.shape[1])
+            padded[:ch, :cw] = part[:ch, :cw]
+            part = padded
+        mb_map = part.reshape(pic.mb_height, mbh, pic.mb_width, mbw).max(axis=(1, 3)).ravel()
         starts = np.array([s.mb_y * pic.mb_width + s.mb_x for s in pic.slices], dtype=np.intp)
         ends = starts + np.array([s.mb_count for s in pic.slices], dtype=np.intp)
         contiguous = (starts[0] == 0 and ends[-1] == mb_map.size
@@ -207,13 +237,24 @@ def slice_maxima(absdiff: np.ndarray, info: FrameInfo, plane: str,
             per_slice = np.array([mb_map[a:b].max() if 0 <= a < b <= mb_map.size else 0
                                   for a, b in zip(starts, ends)], dtype=absdiff.dtype)
         values.append(per_slice.astype(np.int64))
-        for s, m in zip(pic.slices, per_slice.tolist()):
-            if m:
-                r = slice_rect(pic, s, plane, info.chroma_format, rows, cols)
-                devs.append(SliceDeviation(int(m), frame_index, p, pic.field, s.index, s.mb_x, s.mb_y,
-                                           s.mb_count, r.x, r.y, r.width, r.height, r.row_step))
-    joined = np.concatenate(values) if values else np.zeros(0, np.int64)
-    return joined, devs
+    return np.concatenate(values) if values else np.zeros(0, np.int64)
+
+
+def worst_slices(values: np.ndarray, info: FrameInfo, plane: str, shape: tuple[int, int],
+                 frame_index: int = 0, n: int | None = WORST_SLICES) -> list[SliceDeviation]:
+    """The ``n`` slices (all when None) with the largest non-zero ``values``,
+    worst first, with their rectangles in ``plane``.  Only those few become
+    objects, so a frame where every slice deviates stays cheap."""
+    order = np.argsort(-values, kind="stable")
+    order = order[values[order] > 0][:n]
+    where = [(p, pic, s) for p, pic in enumerate(info.pictures) for s in pic.slices]
+    out = []
+    for i in order.tolist():
+        p, pic, s = where[i]
+        r = slice_rect(pic, s, plane, info.chroma_format, *shape)
+        out.append(SliceDeviation(int(values[i]), frame_index, p, pic.field, s.index, s.mb_x, s.mb_y,
+                                  s.mb_count, r.x, r.y, r.width, r.height, r.row_step))
+    return out
 
 
 def compare_frames(reference: Frame, candidate: Frame, info: FrameInfo | None = None,

@@ -9,7 +9,7 @@ import pytest
 
 from pyprores.geometry import plane_shape, slice_layout, slice_rect
 from pyprores.metrics import (HIST_RANGE, PlaneStats, compare_frames, compare_plane, merge_stats,
-                              slice_maxima)
+                              slice_maxima, worst_slices)
 from pyprores.model import Frame, FrameInfo, PictureInfo, SliceInfo
 
 
@@ -187,7 +187,8 @@ def test_slice_maxima_match_brute_force(width, height, chroma, interlace):
     for plane in ("Y", "Cb"):
         shape = plane_shape(plane, chroma, width, height)
         absdiff = (rng.random(shape) < 0.05) * rng.integers(1, 50, shape)
-        values, devs = slice_maxima(absdiff, info, plane)
+        values = slice_maxima(absdiff, info, plane)
+        devs = worst_slices(values, info, plane, shape, n=None)
         expected = []
         for pic in info.pictures:
             for s in pic.slices:
@@ -206,8 +207,9 @@ def test_irregular_slice_index_falls_back_to_per_slice():
     info = FrameInfo(64, 16, "444", 10, "yuv444p10le", 0, 0, (odd,))
     absdiff = np.zeros((16, 64), np.int32)
     absdiff[3, 40] = 9
-    values, devs = slice_maxima(absdiff, info, "Y")
-    assert values.tolist() == [9, 0] and devs[0].slice == 0 and devs[0].x == 32
+    values = slice_maxima(absdiff, info, "Y")
+    devs = worst_slices(values, info, "Y", absdiff.shape)
+    assert values.tolist() == [9, 0] and len(devs) == 1 and devs[0].slice == 0 and devs[0].x == 32
 
 
 # -- aggregation ----------------------------------------------------------------------
@@ -240,3 +242,20 @@ def test_total_over_bit_depths_keeps_each_peak():
 def test_empty_stats_are_identical():
     s = PlaneStats("Y", 10)
     assert s.identical and math.isinf(s.psnr_db) and s.mismatch_share == 0
+
+
+@pytest.mark.parametrize("high", [1024, 4096, 65536])
+def test_figures_match_a_naive_computation(high):
+    """Random planes, incl. garbage above 32767 (the int32 path), against plain float maths."""
+    rng = np.random.default_rng(high)
+    ref = rng.integers(0, min(high, 4096), (37, 53)).astype(np.uint16)
+    cand = ref.copy()
+    hit = rng.random(ref.shape) < 0.3
+    cand[hit] = rng.integers(0, high, int(hit.sum())).astype(np.uint16)
+    s = compare_plane(ref, cand, "Y", 12)
+    d = cand.astype(np.int64) - ref
+    assert s.max_abs == np.abs(d).max() and s.mismatches == np.count_nonzero(d)
+    assert s.sum_error == d.sum() and s.sum_abs_error == np.abs(d).sum() and s.sum_sq_error == (d * d).sum()
+    assert s.psnr_db == pytest.approx(10 * math.log10(4095 ** 2 / np.mean(d.astype(float) ** 2)))
+    expected = np.bincount(np.clip(d, -HIST_RANGE, HIST_RANGE).ravel() + HIST_RANGE, minlength=33)
+    assert s.histogram.tolist() == expected.tolist()
