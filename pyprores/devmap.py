@@ -29,7 +29,7 @@ import numpy as np
 from .metrics import PlaneStats, SliceGrid
 
 GAP = 1                       # grey rows between stacked plane panels
-TARGET_WIDTH = 512            # a panel is about this wide
+TARGET_WIDTH = 1024           # a panel is about this wide (at most)
 GAP_RGB = (128, 128, 128)
 BORDER_RGB = (48, 48, 48)
 RAMP = np.array([[40, 60, 255], [0, 200, 255], [0, 220, 0], [255, 220, 0], [255, 0, 0]], float)
@@ -77,7 +77,7 @@ def render_panel(grid: SliceGrid, bit_depth: int, unit: int) -> np.ndarray:
     cell_h = unit   # a field MB row spans 32 frame rows: two unit-high strips
     rgb = colorize(values, bit_depth)
     img = np.repeat(np.repeat(rgb, cell_h, axis=0), unit, axis=1)
-    if unit >= 4 and cell_h >= 2:
+    if unit >= 8:   # thinner cells would be mostly border
         ys = np.arange(img.shape[0])
         xs = np.arange(img.shape[1])
         right = (xs % unit == unit - 1)[None, :] & np.repeat(np.repeat(ends, cell_h, 0), unit, 1)
