@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from . import demux
-from .errors import DecodeError
+from .errors import DecodeError, PyproresError
 from .metrics import WORST_SLICES, PlaneStats, compare_frames, merge_stats
 from .model import FrameInfo
 
@@ -90,9 +90,12 @@ def compare_file(path: str | os.PathLike, session, frames: int | None = None,
         ref = None
         chroma = None
         for packet, ref in src.pairs():
-            header: FrameInfo = session.inspect(packet, info.codec_tag)
+            try:
+                header: FrameInfo = session.inspect(packet, info.codec_tag)
+                cand = session.decode(packet, info.codec_tag)
+            except PyproresError as e:   # same type (the CLI treats DeviceError apart), with context
+                raise type(e)(f"{path}, frame {n}: the candidate decoder failed: {e}") from e
             chroma = header.chroma_format
-            cand = session.decode(packet, info.codec_tag)
             if cand.pix_fmt != ref.pix_fmt:
                 note = f"candidate pixel format {cand.pix_fmt} differs from reference {ref.pix_fmt}"
                 notes += [note] if note not in notes else []

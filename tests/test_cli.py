@@ -281,3 +281,29 @@ def test_vulkan_default_clips_are_bitexact(capsys, tmp_path):
         pytest.skip("this FFmpeg build has no ProRes Vulkan hwaccel")
     code, out, err = run(["compare", "--workdir", tmp_path], capsys)
     assert code == 0, out + err
+
+
+def test_candidate_decode_failure_names_file_and_frame(monkeypatch, capsys, hq):
+    from pyprores.errors import DecodeError
+
+    def broken(n, frame):
+        if n == 2:
+            raise DecodeError("slice 3: bad codeword")
+        return frame
+    fake_native(monkeypatch, broken)
+    code, _, err = run(["compare", hq], capsys)
+    assert code == 2
+    assert_one_line_error(err, "hq422.mov, frame 2", "bad codeword")
+
+
+def test_no_device_stops_at_once(monkeypatch, capsys, hq):
+    from pyprores.errors import DeviceError
+
+    def no_device(*a, **k):
+        raise DeviceError("no Vulkan device found; install mesa-vulkan-drivers")
+    monkeypatch.setattr(candidate, "load_native",
+                        lambda: types.SimpleNamespace(Session=no_device, inspect=bitstream.parse_frame))
+    code, out, err = run(["compare", hq, hq], capsys)
+    assert code == 2 and out == ""
+    assert_one_line_error(err, "no Vulkan device")
+    assert err.count("\n") == 1
