@@ -1,0 +1,29 @@
+"""scripts/bench runs end to end on tiny clips (lavapipe in CI) and checks bit-exactness."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_bench_quick_runs_and_reports_bitexact(tmp_path):
+    ffdir = Path(os.environ.get("PYPRORES_FFMPEG_DIR", REPO / "build" / "ffmpeg"))
+    if not (ffdir / "bin" / "ffmpeg").exists():
+        pytest.skip("no FFmpeg build; run ./scripts/setup")
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench"), "--ffmpeg", str(ffdir),
+                           "--quick", "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["clips"], "no clip was benchmarked"
+    for clip in result["clips"]:
+        assert clip["check"]["bitexact"], clip
+        assert clip["check"]["frames_sw"] == clip["check"]["frames_vk"] > 0
+        for mode in ("sw-all", "sw-1", "vk", "vk-dl"):
+            assert clip["modes"][mode]["fps"] > 0
+    assert "bit-exact" in proc.stdout
