@@ -73,6 +73,23 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("--frame", type=_non_negative, default=0, metavar="N", help="0-based frame (default 0)")
     ins.add_argument("--json", action="store_true", help="print JSON instead of a table")
     ins.set_defaults(func=cmd_inspect)
+
+    acc = sub.add_parser("idct-accuracy", help="IEEE 1180 IDCT accuracy of the software and Vulkan decoders",
+                         description="Encode the IEEE 1180-1990 random blocks (scaled to 10- and 12-bit "
+                                     "samples) into ProRes frames, decode them with FFmpeg's software decoder "
+                                     "and the Vulkan hwaccel, check that both agree exactly and report the "
+                                     "accuracy limits. Exit 1 when the decoders differ (with --strict also "
+                                     "when a limit fails).")
+    acc.add_argument("--blocks", type=_positive, default=10000, metavar="N",
+                     help="blocks per range and sign (default 10000, as IEEE 1180)")
+    acc.add_argument("--device", metavar="D", help="Vulkan device (index or name)")
+    acc.add_argument("--backend", choices=("both", "software", "vulkan"), default="both",
+                     help="decoders to run (default both: they must agree exactly)")
+    acc.add_argument("--bit-depth", type=int, choices=(10, 12), action="append", metavar="B",
+                     help="10 or 12 (repeatable; default both)")
+    acc.add_argument("--json", metavar="OUT", help="write the figures as JSON to OUT ('-' for stdout)")
+    acc.add_argument("--strict", action="store_true", help="exit 1 also when an IEEE 1180 limit fails")
+    acc.set_defaults(func=cmd_idct_accuracy)
     return parser
 
 
@@ -135,6 +152,31 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if failed:
         return EXIT_ERROR
     return EXIT_OK if summary.passed else EXIT_DEVIATION
+
+
+# -- idct-accuracy ----------------------------------------------------------------
+
+def cmd_idct_accuracy(args: argparse.Namespace) -> int:
+    from . import idct_accuracy
+
+    backends = ("software", "vulkan") if args.backend == "both" else (args.backend,)
+    report = idct_accuracy.run(blocks=args.blocks, bit_depths=tuple(sorted(set(args.bit_depth or (10, 12)))),
+                               backends=backends, device=args.device)
+    report.command = " ".join(["pyprores idct-accuracy", f"--blocks {args.blocks}"]
+                              + [f"--bit-depth {b}" for b in args.bit_depth or ()]
+                              + ([f"--backend {args.backend}"] if args.backend != "both" else [])
+                              + ([f"--device {args.device}"] if args.device else []))
+    if args.json:
+        text = json.dumps(report.to_dict(), indent=2)
+        if args.json == "-":
+            print(text)
+        else:
+            Path(args.json).write_text(text + "\n")
+    if args.json != "-":
+        print(idct_accuracy.format_text(report))
+    if not report.backends_agree or (args.strict and not report.passed):
+        return EXIT_DEVIATION
+    return EXIT_OK
 
 
 # -- inspect --------------------------------------------------------------------
