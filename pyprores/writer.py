@@ -71,6 +71,7 @@ __all__ = [
     "INTERLACED_SCAN", "DEFAULT_QMAT", "Picture", "FrameSpec", "SliceGeometry", "geometry",
     "slice_layout", "plane_block_shapes", "blank_spec", "random_spec", "write_frame",
     "expected_planes", "decode", "write_mov", "default_codec_tag", "CodewordTooLong",
+    "max_codeword_value",
 ]
 
 # -- FFmpeg's tables (proresdec.c, proresdata.c) ----------------------------------
@@ -302,6 +303,15 @@ def _vlc(vals: np.ndarray, codebooks: np.ndarray) -> tuple[np.ndarray, np.ndarra
     code = np.where(is_rice, rice_code, v).astype(np.uint64)
     length = np.where(is_rice, rice_len, exp_len)
     return code, length
+
+
+def max_codeword_value(codebook: int) -> int:
+    """The largest value FFmpeg can read in ``codebook``: its exp-Golomb
+    codewords may be at most 31 bits long (DECODE_CODEWORD)."""
+    switch_bits, rice, exp = codebook & 3, codebook >> 5, (codebook >> 2) & 7
+    q = (MAX_CODEWORD_BITS - exp + switch_bits) // 2        # leading zeros
+    e = q + exp - switch_bits - 1
+    return (1 << (e + 1)) - 1 + ((switch_bits + 1) << rice) - (1 << exp)
 
 
 def _make_code(x: np.ndarray) -> np.ndarray:
@@ -693,21 +703,28 @@ def decode(packet: bytes | FrameSpec, backend: str = "software", codec_tag: str 
         return s.decode(packet, codec_tag)
 
 
+#: prores_aw profile number for each codec tag: the encoder PyAV opens for the
+#: stream sets the tag from its profile (nothing is encoded with it)
+_PROFILE_FOR_TAG = {"apco": 0, "apcs": 1, "apcn": 2, "apch": 3, "ap4h": 4, "ap4x": 5}
+
+
 def write_mov(path: str | os.PathLike, packets: Iterable[bytes], width: int, height: int,
-              codec_tag: str = "apch", rate: int = 25, pix_fmt: str | None = None) -> str:
+              codec_tag: str = "apch", rate: int = 25) -> str:
     """Mux ProRes ``packets`` into a QuickTime file with PyAV (no re-encoding).
 
     The codec tag matters: FFmpeg decodes 'ap4h' / 'ap4x' at 12 bits, the
-    others at 10. ``pix_fmt`` only labels the stream (default: from the tag)."""
+    others ('apco', 'apcs', 'apcn', 'apch') at 10, whatever the frame header
+    says about chroma or alpha."""
     import av
 
+    if codec_tag not in _PROFILE_FOR_TAG:
+        raise ValueError(f"codec tag must be one of {', '.join(_PROFILE_FOR_TAG)}, not {codec_tag!r}")
     path = os.fspath(path)
-    if pix_fmt is None:
-        pix_fmt = "yuv444p12le" if codec_tag in TWELVE_BIT_TAGS else "yuv422p10le"
+    profile = _PROFILE_FOR_TAG[codec_tag]
     with av.open(path, "w", format="mov") as out:
-        stream = out.add_stream("prores", rate=rate)
-        stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
-        stream.codec_context.codec_tag = codec_tag
+        stream = out.add_stream("prores", rate=rate, options={"profile": str(profile)})
+        stream.width, stream.height = width, height
+        stream.pix_fmt = "yuv444p10le" if profile >= 4 else "yuv422p10le"
         stream.time_base = Fraction(1, rate)
         for n, data in enumerate(packets):
             pkt = av.Packet(bytes(data))
