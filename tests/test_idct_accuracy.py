@@ -95,7 +95,11 @@ def report():
     if not HAS_EXT:
         pytest.skip("native extension not built (./scripts/setup)")
     backends = ("software", "vulkan") if HAS_VK else ("software",)
-    return A.run(blocks=CI_BLOCKS, backends=backends)
+    # without the validation layer (see tests/test_writer.py's vk fixture): under it
+    # each new pipeline variant takes minutes to create on lavapipe
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYPRORES_VALIDATION", "0")
+        return A.run(blocks=CI_BLOCKS, backends=backends)
 
 
 def test_backends_agree_exactly(report):

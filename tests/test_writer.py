@@ -47,12 +47,19 @@ def sw():
 
 @pytest.fixture(scope="module")
 def vk():
+    """A Vulkan session opened without the validation layer, even under
+    ./scripts/test (PYPRORES_VALIDATION=1): on lavapipe the layer makes every
+    new pipeline variant (bit depth x chroma x alpha) cost about two minutes
+    to create. These tests check arithmetic; tests/test_native.py runs the
+    hwaccel under the layer."""
     if not HAS_VK:
         pytest.skip("this FFmpeg build has no prores_vulkan hwaccel")
-    try:
-        s = native.Session("vulkan")
-    except Exception as e:  # no device: say why
-        pytest.skip(f"no Vulkan device: {e}")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYPRORES_VALIDATION", "0")
+        try:
+            s = native.Session("vulkan")
+        except Exception as e:  # no device: say why
+            pytest.skip(f"no Vulkan device: {e}")
     with s:
         yield s
 
