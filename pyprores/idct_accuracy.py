@@ -316,12 +316,17 @@ def format_text(report: AccuracyReport) -> str:
     if len(report.backends) > 1:
         total = sum(v for r in report.results for v in r.mismatches.values())
         lines.append(f"  backends agree exactly: {'yes' if report.backends_agree else f'NO ({total} samples differ)'}")
-    names = list(LIMITS) + ["zero"]
-    header = ["bits", "run"] + [f"{n} (<= {LIMITS[n]})" if n in LIMITS else "0->0" for n in names]
+    short = {"peak": "peak", "pixel_mse": "pos. MSE", "overall_mse": "MSE",
+             "pixel_mean": "pos. |mean|", "overall_mean": "|mean|", "zero": "0->0"}
+    header = ["bits", "run (sample range)"] + [
+        f"{short[n]} <= {LIMITS[n]}" if n in LIMITS else short[n] for n in list(LIMITS) + ["zero"]]
     rows = [header]
     for r in report.results:
-        rows.append([str(r.bit_depth), r.label] +
-                    [f"{_fmt(n, v)} {'ok' if ok else 'FAIL'}" for n, v, _, ok in r.checks()])
+        cells = []
+        for n, v, _, ok in r.checks():
+            val = f"{r.overall_mean:+.5f}" if n == "overall_mean" else _fmt(n, v)
+            cells.append(f"{val} {'ok' if ok else 'FAIL'}")
+        rows.append([str(r.bit_depth), r.label] + cells)
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     for row in rows:
         lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
