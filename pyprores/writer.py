@@ -554,6 +554,9 @@ def _encode_slices(spec: FrameSpec, p: int, slices: list[SliceGeometry]) -> list
     for s in slices:
         parts = [data[offsets[s.index * n_planes + k]:offsets[s.index * n_planes + k + 1]]
                  for k in range(n_planes)]
+        if hdr + sum(len(x) for x in parts) > 0xFFFF:
+            raise ValueError(f"picture {p} slice {s.index} needs {hdr + sum(len(x) for x in parts)} "
+                             "bytes; the slice index holds 16-bit sizes (use narrower slices)")
         header = bytes([hdr << 3, int(q[s.index])]) + struct.pack(">HH", len(parts[0]), len(parts[1]))
         if hdr >= 8:
             header += struct.pack(">H", len(parts[2]))
@@ -603,6 +606,8 @@ def write_frame(spec: FrameSpec) -> bytes:
             if pp == p:
                 coded[i] = bytes(raw)
         sizes = [spec.index_sizes.get((p, i), len(b)) for i, b in enumerate(coded)]
+        if any(not 0 <= n <= 0xFFFF for n in sizes):
+            raise ValueError(f"picture {p}: a slice index entry must be 0..65535")
         index = struct.pack(f">{len(sizes)}H", *sizes)
         data = b"".join(coded)
         size = 8 + len(index) + len(data)

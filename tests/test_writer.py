@@ -134,6 +134,16 @@ def test_codeword_too_long_is_refused():
         W.write_frame(spec)
 
 
+def test_oversized_slice_is_refused():
+    """Slice sizes are 16-bit in the slice index (coded slices stay far below)."""
+    spec = W.blank_spec(32, 16)
+    spec.raw_slices = {(0, 0): bytes(70000)}
+    with pytest.raises(ValueError, match="0..65535"):
+        W.write_frame(spec)
+    spec.index_sizes = {(0, 0): 6}                    # a lie that fits is written as asked
+    assert struct.unpack(">H", W.write_frame(spec)[8 + 20 + 8:8 + 20 + 10])[0] == 6
+
+
 def test_slice_layout_narrows_at_the_right_edge():
     widths = [s.mb_count for s in W.slice_layout(15, 1, 3)]
     assert widths == [8, 4, 2, 1]
