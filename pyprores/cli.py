@@ -1,4 +1,4 @@
-"""Command line: ``pyprores compare`` and ``pyprores inspect``.
+"""Command line: ``pyprores compare``, ``inspect``, ``idct-accuracy``, ``corpus`` and ``conformance``.
 
 Exit codes: 0 when every plane is within ``--max-dev``, 1 when a deviation
 exceeds it, 2 for a failure the user can act on (bad file, no device, no
@@ -90,6 +90,42 @@ def build_parser() -> argparse.ArgumentParser:
     acc.add_argument("--json", metavar="OUT", help="write the figures as JSON to OUT ('-' for stdout)")
     acc.add_argument("--strict", action="store_true", help="exit 1 also when an IEEE 1180 limit fails")
     acc.set_defaults(func=cmd_idct_accuracy)
+
+    cor = sub.add_parser("corpus", help="generate the conformance corpus and its manifest",
+                         description="Encode the conformance corpus with the build's ffmpeg (prores_ks and "
+                                     "prores_aw) into OUTDIR and write OUTDIR/manifest.json with every clip's "
+                                     "parameters and the software decoder's per-frame MD5s. --quick: an "
+                                     "all-pairs subset at small sizes (CI); --full: the GPU corpus (see "
+                                     "docs/CONFORMANCE.md).")
+    cor.add_argument("outdir", metavar="OUTDIR", nargs="?")
+    mode = cor.add_mutually_exclusive_group()
+    mode.add_argument("--quick", dest="mode", action="store_const", const="quick", help="the CI subset (default)")
+    mode.add_argument("--full", dest="mode", action="store_const", const="full", help="the whole corpus")
+    cor.add_argument("--ffmpeg", metavar="DIR",
+                     help="FFmpeg build with bin/ffmpeg and bin/ffprobe (default: $PYPRORES_FFMPEG_DIR, "
+                          "else build/ffmpeg of the checkout)")
+    cor.add_argument("--jobs", "-j", type=_positive, metavar="N", help="parallel encodes (default: CPU count)")
+    cor.add_argument("--recipes", action="store_true",
+                     help="print the recipe list (TSV, as scripts/conformance-gpu reads it) instead of encoding")
+    cor.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                     help="force the progress bar on or off (default: on when stderr is a terminal)")
+    cor.set_defaults(func=cmd_corpus, mode="quick")
+
+    con = sub.add_parser("conformance", help="check a corpus: Vulkan vs software and the manifest's MD5s",
+                         description="Decode every clip of MANIFEST (a manifest.json or its directory) with the "
+                                     "candidate and FFmpeg's software decoder, check the frames against each "
+                                     "other and against the manifest's MD5s, and write a Markdown table. Exit 1 "
+                                     "when any clip is not bit-exact.")
+    con.add_argument("manifest", metavar="MANIFEST")
+    con.add_argument("--device", metavar="D", help="Vulkan device (index or name) for the candidate")
+    con.add_argument("--backend", choices=candidate.BACKENDS, default="vulkan",
+                     help="candidate decoder path (default: vulkan)")
+    con.add_argument("--out", metavar="FILE.md",
+                     help="write the table into FILE.md (between its conformance markers when it has them; "
+                          "default: print it)")
+    con.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                     help="force the progress bar on or off (default: on when stderr is a terminal)")
+    con.set_defaults(func=cmd_conformance)
     return parser
 
 
@@ -225,3 +261,69 @@ def inspect_text(path: str, frame: int, size: int, tag: str, info) -> str:
         widths = [max(len(str(r[i])) for r in rows) for i in range(len(header))]
         lines += ["    " + "  ".join(str(c).rjust(w) for c, w in zip(r, widths)) for r in rows]
     return "\n".join(lines)
+
+
+# -- corpus and conformance ----------------------------------------------------------
+
+def _ffmpeg_dir(arg: str | None) -> Path:
+    import os
+    if arg:
+        return Path(arg)
+    if os.environ.get("PYPRORES_FFMPEG_DIR"):
+        return Path(os.environ["PYPRORES_FFMPEG_DIR"])
+    return Path(__file__).resolve().parent.parent / "build" / "ffmpeg"
+
+
+def cmd_corpus(args: argparse.Namespace) -> int:
+    from . import corpus
+    if args.recipes:
+        sys.stdout.write(corpus.recipes_tsv(corpus.recipes_for(args.mode)))
+        return EXIT_OK
+    if not args.outdir:
+        raise PyproresError("OUTDIR is required (unless --recipes)")
+    bar = ProgressBar(f"corpus ({args.mode})", enabled=args.progress)
+    try:
+        path = corpus.generate(args.outdir, args.mode, _ffmpeg_dir(args.ffmpeg), jobs=args.jobs,
+                               progress=bar, command=_command_line("corpus", args))
+    finally:
+        bar.finish()
+    doc = json.loads(path.read_text())
+    frames = sum(c["frames"] for c in doc["clips"])
+    print(f"{len(doc['clips'])} clips, {frames} frames: {path}")
+    return EXIT_OK
+
+
+def cmd_conformance(args: argparse.Namespace) -> int:
+    from . import conformance
+    bar = ProgressBar("conformance", enabled=args.progress)
+    with candidate.open_session(args.backend, args.device) as session:
+        try:
+            result = conformance.run(args.manifest, session, progress=bar)
+        finally:
+            bar.finish()
+    section = conformance.markdown(result, _command_line("conformance", args))
+    if args.out:
+        conformance.write_markdown(args.out, section)
+        bad = [c.name for c in result.clips if not c.passed]
+        print(f"{len(result.clips) - len(bad)}/{len(result.clips)} clips bit-exact on {result.device}"
+              + (f"; not: {', '.join(bad)}" if bad else "") + f" — table in {args.out}")
+    else:
+        sys.stdout.write(section)
+    return EXIT_OK if result.passed else EXIT_DEVIATION
+
+
+def _command_line(name: str, args: argparse.Namespace) -> str:
+    """The command as a user would type it (for reports)."""
+    if name == "corpus":
+        parts = ["pyprores corpus", args.outdir, f"--{args.mode}"]
+        if args.ffmpeg:
+            parts.append(f"--ffmpeg {args.ffmpeg}")
+    else:
+        parts = ["pyprores conformance", args.manifest]
+        if args.device:
+            parts.append(f"--device {args.device}")
+        if args.backend != "vulkan":
+            parts.append(f"--backend {args.backend}")
+        if args.out:
+            parts.append(f"--out {args.out}")
+    return " ".join(parts)

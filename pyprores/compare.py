@@ -15,7 +15,7 @@ from typing import Callable
 from . import demux
 from .errors import DecodeError, PyproresError
 from .metrics import WORST_SLICES, PlaneStats, compare_frames, merge_stats
-from .model import FrameInfo
+from .model import Frame, FrameInfo
 
 
 @dataclass
@@ -73,11 +73,14 @@ Progress = Callable[[int, "int | None"], None]
 
 
 def compare_file(path: str | os.PathLike, session, frames: int | None = None,
-                 worst_n: int = WORST_SLICES, progress: Progress | None = None) -> FileResult:
+                 worst_n: int = WORST_SLICES, progress: Progress | None = None,
+                 on_frame: "Callable[[int, Frame, Frame], None] | None" = None) -> FileResult:
     """Compare ``session``'s decode of ``path`` with FFmpeg's software decode.
 
     Stops after ``frames`` frames when given, without reading further, so a
     file damaged past that point can still be checked up to it.
+    ``on_frame(n, reference, candidate)`` sees every decoded pair (the
+    conformance run hashes them).
     """
     path = os.fspath(path)
     notes: list[str] = []
@@ -106,6 +109,8 @@ def compare_file(path: str | os.PathLike, session, frames: int | None = None,
             except ValueError as e:
                 raise DecodeError(f"{path}, frame {n}: candidate output cannot be compared: {e}") from e
             stats = merge_stats(stats, frame_stats)
+            if on_frame is not None:
+                on_frame(n, ref, cand)
             n += 1
             if progress is not None:
                 progress(n, expected)
