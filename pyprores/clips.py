@@ -144,6 +144,14 @@ QUANT_MATS = ("proxy", "lt", "standard", "hq", "default")
 _HASH = "mod(abs(sin({x}*12.9898+{y}*78.233+N*37.719+{k}))*43758.5453\\,1)"
 
 
+def aw_field_overread(scan: str, height: int) -> bool:
+    """FFmpeg 7.1.5's prores_aw allocates its edge-fill buffers only when the frame
+    height is not a multiple of 16; an interlaced field that is not a multiple of
+    16 then reads past the frame (ASan: heap-buffer-overflow, proresenc_anatoliy.c
+    calc_plane_dct; 3840x2160 TFF/BFF segfaults, 16x16 and 64x48 read garbage)."""
+    return scan != "progressive" and height % 16 == 0 and (height // 2) % 16 != 0
+
+
 def _hash(k: float, x: str = "X", y: str = "Y") -> str:
     return _HASH.format(x=x, y=y, k=k)
 
@@ -197,6 +205,10 @@ class Recipe:
                 p.append("prores_aw always uses 8 macroblocks per slice")
             if self.quant != "auto" or self.quant_mat:
                 p.append("prores_aw has no quantiser options")
+            if aw_field_overread(self.scan, self.height):
+                p.append("prores_aw (FFmpeg 7.1.5) reads past the frame for interlaced pictures whose "
+                         "height is a multiple of 16 but whose field height is not (heap-buffer-overflow "
+                         "in calc_plane_dct; 3840x2160 crashes)")
         if self.quant_mat is not None and self.quant_mat not in QUANT_MATS:
             p.append(f"quant_mat must be one of {QUANT_MATS}")
         if self.width < 2 or self.height < 2 or self.width % 2:

@@ -24,7 +24,12 @@ many to encode, so neither mode is the full product:
        values of any two dimensions (4K with q1, noise with 16-bit alpha, BFF
        with prores_aw, ...) occurs in at least one clip;
     3. every prores_ks -quant_mat, a worst-case-coefficients clip (4444 XQ,
-       16-bit alpha, q1, noise, 1080p) and one 8192x4320 frame.
+       16-bit alpha, q1, noise, 1080p), prores_aw 4K 4444 XQ + alpha and 1918x1078
+       BFF 4444 + alpha, and one 8192x4320 frame.
+
+prores_aw is left out for interlaced pictures whose height is a multiple of
+16 but whose field height is not (3840x2160, 16x16): FFmpeg 7.1.5's encoder
+reads past the frame there (see :func:`pyprores.clips.aw_field_overread`).
 
 The manifest (``manifest.json``) lists each clip's recipe, the command line,
 what ffprobe says about it, and the software decoder's framemd5 of every
@@ -43,7 +48,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .clips import CONTENTS, ENCODERS, PROFILES, QUANT_MATS, QUANTS, SCANS, Recipe
+from .clips import CONTENTS, ENCODERS, PROFILES, QUANT_MATS, QUANTS, SCANS, Recipe, aw_field_overread
 from .errors import PyproresError
 
 MANIFEST_SCHEMA = "pyprores-corpus/1"
@@ -93,6 +98,8 @@ def _conflict(a: dict) -> bool:
         if alpha == 8:
             return True
         if a.get("mbs_per_slice", 8) != 8 or a.get("quant", "auto") != "auto":
+            return True
+        if "size" in a and aw_field_overread(a.get("scan", "progressive"), a["size"][1]):
             return True
     return False
 
@@ -203,8 +210,9 @@ def full_recipes() -> list[Recipe]:
     extras = [make(profile="hq", quant_mat=qm, width=720, height=486, content="edges") for qm in QUANT_MATS]
     extras += [
         make(profile="4444xq", alpha_bits=16, quant="q1", content="noise", width=1920, height=1080),
-        make(encoder="prores_aw", profile="4444xq", alpha_bits=16, scan="tff", content="noise",
-             width=3840, height=2160),
+        make(encoder="prores_aw", profile="4444xq", alpha_bits=16, content="noise", width=3840, height=2160),
+        make(encoder="prores_aw", profile="4444", alpha_bits=16, scan="bff", content="camera",
+             width=1918, height=1078),
         make(profile="4444xq", alpha_bits=16, content="camera", width=8192, height=4320, frames=1),
     ]
     return _unique([*_structural(720, 486, frames=2), *_covering(FULL_SIZES, frames=2), *extras])
