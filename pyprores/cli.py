@@ -1,4 +1,4 @@
-"""Command line: ``pyprores compare``, ``inspect``, ``idct-accuracy``, ``corpus`` and ``conformance``.
+"""Command line: ``pyprores compare``, ``inspect``, ``idct-accuracy``, ``corpus``, ``conformance`` and ``fuzz``.
 
 Exit codes: 0 when every plane is within ``--max-dev``, 1 when a deviation
 exceeds it, 2 for a failure the user can act on (bad file, no device, no
@@ -126,6 +126,41 @@ def build_parser() -> argparse.ArgumentParser:
     con.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="force the progress bar on or off (default: on when stderr is a terminal)")
     con.set_defaults(func=cmd_conformance)
+
+    fz = sub.add_parser("fuzz", help="mutation fuzzing of both decoders (crashes, hangs, slice isolation)",
+                        description="Mutate ProRes packets (INPUT: video files, corpus directories or "
+                                    "manifests, raw .bin packets; default: a built-in seed set) and decode "
+                                    "every mutant with the software decoder and the Vulkan hwaccel in child "
+                                    "processes. Exit 1 on any crash, hang, validation message, sanitizer "
+                                    "report or slice-isolation failure. See docs/ROBUSTNESS.md.")
+    fz.add_argument("inputs", nargs="*", metavar="INPUT")
+    fz.add_argument("--seed", type=_non_negative, default=1, help="run seed (default 1)")
+    fz.add_argument("--count", type=_non_negative, default=None, metavar="N",
+                    help="mutants to try (default 1000 without --time, else no limit)")
+    fz.add_argument("--time", type=float, default=None, metavar="SECONDS", help="stop after SECONDS")
+    fz.add_argument("--backend", choices=("both", "software", "vulkan"), default="both")
+    fz.add_argument("--device", metavar="D", help="Vulkan device (index or name)")
+    fz.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                    help="per-mutant time limit before a decode counts as a hang (default 30)")
+    fz.add_argument("--no-validation", dest="validation", action="store_false",
+                    help="run the Vulkan worker without the Khronos validation layer")
+    fz.add_argument("--frames", type=_positive, default=1, metavar="N", help="seed packets per file (default 1)")
+    fz.add_argument("--tag", default="apch", help="codec tag of raw .bin inputs (default apch)")
+    fz.add_argument("--mutator", action="append", metavar="NAME",
+                    help="use only these mutators (repeatable; see --list-mutators)")
+    fz.add_argument("--list-mutators", action="store_true", help="print the mutators and exit")
+    fz.add_argument("--no-minimise", dest="minimise", action="store_false",
+                    help="do not minimise crashing or hanging inputs")
+    fz.add_argument("--save-regressions", metavar="DIR",
+                    help="save minimised crashing/hanging inputs to DIR (e.g. tests/data/regressions)")
+    fz.add_argument("--out", metavar="PATH", help="write PATH.json and PATH.md (the summary)")
+    fz.add_argument("--workdir", metavar="DIR", help="seed clips and worker logs (default: a temp dir)")
+    fz.add_argument("--reproduce", type=_non_negative, metavar="INDEX",
+                    help="regenerate mutant INDEX of --seed and describe it (with --save: write it)")
+    fz.add_argument("--save", metavar="FILE.bin", help="with --reproduce: write the mutant packet")
+    fz.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                    help="force the progress bar on or off (default: on when stderr is a terminal)")
+    fz.set_defaults(func=cmd_fuzz)
     return parser
 
 
@@ -310,6 +345,43 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(section)
     return EXIT_OK if result.passed else EXIT_DEVIATION
+
+
+def cmd_fuzz(args: argparse.Namespace) -> int:
+    from . import fuzz
+    if args.list_mutators:
+        for name in fuzz.MUTATORS:
+            print(f"{name}\t{'one slice (isolation checked)' if name in fuzz.SLICE_MUTATORS else 'whole packet'}")
+        return EXIT_OK
+    bad = sorted(set(args.mutator or ()) - set(fuzz.MUTATORS))
+    if bad:
+        raise PyproresError(f"unknown mutator(s) {', '.join(bad)}; see --list-mutators")
+    count = args.count if args.count is not None else (None if args.time else 1000)
+    config = fuzz.FuzzConfig(
+        inputs=list(args.inputs), seed=args.seed, count=count, time_limit=args.time,
+        backends=fuzz.BACKENDS if args.backend == "both" else (args.backend,), device=args.device,
+        timeout=args.timeout, validation=args.validation, frames=args.frames, tag=args.tag,
+        mutators=tuple(args.mutator) if args.mutator else fuzz.MUTATORS, minimise=args.minimise,
+        save_regressions=args.save_regressions, workdir=args.workdir,
+        command=" ".join(["pyprores fuzz", *sys.argv[2:]]) if sys.argv[1:2] == ["fuzz"] else "pyprores fuzz")
+    if args.reproduce is not None:
+        m, seed = fuzz.reproduce(config, args.reproduce)
+        print(f"mutant {args.reproduce} of seed {args.seed}: {m.mutator} ({m.detail}) of {m.seed_name}, "
+              f"codec tag {m.tag}, {len(m.data)} bytes (seed packet {len(seed.data)} bytes)")
+        if args.save:
+            Path(args.save).write_bytes(m.data)
+            print(f"written: {args.save}")
+        return EXIT_OK
+    bar = ProgressBar("fuzz", enabled=args.progress)
+    try:
+        report = fuzz.run(config, progress=bar)
+    finally:
+        bar.finish()
+    print(fuzz.format_text(report))
+    if args.out:
+        for path in fuzz.write_reports(report, args.out):
+            print(f"written: {path}")
+    return EXIT_OK if report.passed else EXIT_DEVIATION
 
 
 def _command_line(name: str, args: argparse.Namespace) -> str:
