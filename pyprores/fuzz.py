@@ -547,6 +547,7 @@ class Reply:
     sanitizer: list[str] = field(default_factory=list)
     signal: int | None = None
     rss_kib: int = 0
+    extra: dict = field(default_factory=dict)     # op-specific results (memory, samples)
 
 
 def worker_env(validation: bool) -> dict[str, str]:
@@ -698,7 +699,8 @@ class Worker:
         reply = Reply(out["status"], message=out.get("message", ""), error=out.get("error", ""),
                       seconds=out.get("seconds", 0.0), planes=out.get("planes"),
                       validation=out.get("validation", []), sanitizer=self._sanitizer(),
-                      rss_kib=out.get("rss_kib", 0))
+                      rss_kib=out.get("rss_kib", 0),
+                      extra={k: v for k, v in out.items() if k in ("memory", "samples", "errors", "statuses")})
         self.rss.append((self.incarnation, reply.rss_kib))
         if out.get("recycle"):
             self.stop()
@@ -715,7 +717,7 @@ def _sanitizer_lines(text: str) -> list[str]:
 def stream_key(packet: bytes, tag: str) -> Any:
     """(tag, width, height) of the decoder a packet needs, None when its frame
     header is refused: the first packet of a new key may compile pipelines."""
-    if len(packet) < 20 or packet[4:8] != b"icpf":
+    if len(packet) < 28 or packet[4:8] != b"icpf":
         return None
     return (tag, struct.unpack_from(">H", packet, 16)[0], struct.unpack_from(">H", packet, 18)[0],
             packet[20] & 0xC0, packet[25] & 0x0F)
@@ -994,6 +996,43 @@ def save_regression(directory: str | os.PathLike, name: str, data: bytes, tag: s
                           "expect": {b: list(expect) for b in BACKENDS}})
     index.write_text(json.dumps(doc, indent=1) + "\n")
     return d / f"{name}.bin"
+
+
+def load_regressions(directory: str | os.PathLike) -> list[dict]:
+    """Entries of ``directory``/index.json (empty when there is none)."""
+    index = Path(directory) / "index.json"
+    if not index.is_file():
+        return []
+    doc = json.loads(index.read_text())
+    if doc.get("schema") != "pyprores-regressions/1":
+        raise PyproresError(f"{index}: schema {doc.get('schema')!r}, not 'pyprores-regressions/1'")
+    return list(doc.get("inputs", []))
+
+
+def run_regression(entry: dict, directory: str | os.PathLike, worker: Worker,
+                   timeout: float = 60.0) -> list[Reply]:
+    """Decode a regression input on ``worker``: the packets named in
+    ``before`` first, then the input, the whole sequence ``repeat`` times
+    (state-dependent bugs such as a decoder reopen need a sequence). Stops
+    at the first crash or hang."""
+    d = Path(directory)
+    steps = [*entry.get("before", []), {"file": entry["file"], "codec_tag": entry["codec_tag"]}]
+    packets = [((d / st["file"]).read_bytes(), st["codec_tag"]) for st in steps]
+    repeat = int(entry.get("repeat", 1))
+    if len(packets) == 1 and repeat == 1:
+        data, tag = packets[0]
+        return [worker.request({"op": "decode", "data": data, "tag": tag, "planes": False},
+                               timeout, stream_key(data, tag))]
+    r = worker.request({"op": "sequence", "packets": packets, "repeat": repeat}, timeout,
+                       stream_key(*packets[0]))
+    if r.status != "ok":
+        return [r]
+    replies = [Reply(st if st in CLEAN else "error", message=st) for st in r.extra["statuses"]]
+    if replies:
+        replies[-1].validation, replies[-1].sanitizer = r.validation, r.sanitizer
+    else:
+        replies = [r]
+    return replies
 
 
 # ================================================================== entry points

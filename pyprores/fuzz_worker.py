@@ -30,16 +30,23 @@ MAX_SESSIONS = 24
 MAX_SESSION_PIXELS = 64 * 1024 * 1024
 
 
-def rss_kib() -> int:
-    """Resident set size of this process in KiB (Linux /proc)."""
+def memory_kib() -> dict[str, int]:
+    """VmRSS, VmHWM (peak RSS), VmSize and VmPeak of this process in KiB."""
+    out: dict[str, int] = {}
     try:
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
+                name = line.split(":")[0]
+                if name in ("VmRSS", "VmHWM", "VmSize", "VmPeak"):
+                    out[name] = int(line.split()[1])
     except OSError:
         pass
-    return 0
+    return out
+
+
+def rss_kib() -> int:
+    """Resident set size of this process in KiB."""
+    return memory_kib().get("VmRSS", 0)
 
 
 class Decoder:
@@ -129,6 +136,34 @@ class Decoder:
         return s.end_frame()
 
 
+def rss_run(dec: Decoder, req: dict) -> dict:
+    """Decode one packet ``n`` times; RSS after every ``every`` decodes."""
+    s = dec.session(dec.key(req["data"], req["tag"]))
+    samples, errors = [], 0
+    for i in range(req["n"]):
+        try:
+            s.decode(req["data"], req["tag"])
+        except Exception:
+            errors += 1
+        if (i + 1) % req["every"] == 0:
+            samples.append(rss_kib())
+    return {"status": "ok", "samples": samples, "errors": errors}
+
+
+def sequence(dec: Decoder, req: dict) -> dict:
+    """Decode ``packets`` ([(data, tag), ...]) in order, ``repeat`` times, back
+    to back in one session (no pause between decodes: races need the pace)."""
+    s = dec.session(dec.key(*req["packets"][0]))
+    statuses = []
+    for _ in range(req.get("repeat", 1)):
+        for data, tag in req["packets"]:
+            try:
+                statuses.append("corrupt" if s.decode(data, tag).corrupt else "ok")
+            except Exception as e:
+                statuses.append(f"error: {type(e).__name__}: {str(e)[:200]}")
+    return {"status": "ok", "statuses": statuses}
+
+
 def serve(conn: Any, backend: str, device: str | None, log_path: str, env: dict[str, str]) -> None:
     """Entry point of a worker process (multiprocessing target)."""
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -156,8 +191,12 @@ def serve(conn: Any, backend: str, device: str | None, log_path: str, env: dict[
         try:
             if op == "decode":
                 out = dec.decode(req)
-            elif op == "rss":
-                out = {"status": "ok"}
+            elif op == "memory":
+                out = {"status": "ok", "memory": memory_kib()}
+            elif op == "rss-run":
+                out = rss_run(dec, req)
+            elif op == "sequence":
+                out = sequence(dec, req)
             elif op == "selftest-crash":
                 os.kill(os.getpid(), signal.SIGSEGV)
                 out = {"status": "ok"}

@@ -252,6 +252,11 @@ class Session:
         rc = L.ppr_inspect_header(data, size, tag, c_info)
         if rc < 0:
             _raise(rc)
+        if self.backend == "software":
+            # ppr_decode refuses whatever ppr_inspect refuses: do it before the
+            # planes are allocated, so that a header claiming a huge frame in a
+            # packet that cannot hold its slice index costs no memory here.
+            inspect(packet, tag)
         planes, arrays, keep = self._planes(c_info)
         rc = L.ppr_decode(ptr, data, size, tag, planes)
         del keep

@@ -1,0 +1,92 @@
+"""Every input in tests/data/regressions/ through both decoders (issue 8).
+
+Each input is a ProRes packet (``.bin``) that once crashed, hung, or made the
+Vulkan validation layer complain; ``index.json`` says its codec tag, which
+backends it concerns, the packets to decode before it in the same session
+(``before``, for state-dependent bugs), how often to repeat the sequence, and
+the outcomes allowed (``ok``, ``corrupt``: decoded and flagged damaged,
+``error``: a clean error code). Decoding runs in the fuzzer's child workers,
+so a crash or hang fails the test instead of the suite.
+
+``status: open`` marks a decoder bug reported but not fixed yet, on the
+backends listed in ``open_on``: the test runs and is an expected failure
+(XPASS once fixed: then set the status to ``fixed``, and the test guards
+against its return).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pyprores import fuzz, native
+
+DATA = Path(__file__).resolve().parent / "data" / "regressions"
+ENTRIES = fuzz.load_regressions(DATA)
+HAS_VK = native.available() and native.has_hwaccel("vulkan")
+VALIDATE = os.environ.get("PYPRORES_VALIDATION") == "1"
+
+
+def _cases():
+    for e in ENTRIES:
+        for backend in e.get("backends", fuzz.BACKENDS):
+            marks = []
+            if backend == "vulkan" and not HAS_VK:
+                marks.append(pytest.mark.skip(reason="this FFmpeg build has no prores_vulkan hwaccel"))
+            if e.get("status") == "open" and backend in e.get("open_on", fuzz.BACKENDS):
+                marks.append(pytest.mark.xfail(reason=f"open decoder bug: {e['description'][:160]}",
+                                               strict=False))
+            yield pytest.param(e, backend, id=f"{Path(e['file']).stem}-{backend}", marks=marks)
+
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory):
+    """One worker per (backend, validation), shared by the module; a crash
+    or hang restarts it on the next request."""
+    logdir = tmp_path_factory.mktemp("regression-workers")
+    opened: dict[tuple[str, bool], fuzz.Worker] = {}
+
+    def get(backend: str, validation: bool) -> fuzz.Worker:
+        key = (backend, validation and backend == "vulkan" and VALIDATE)
+        if key not in opened:
+            opened[key] = fuzz.Worker(backend, None, logdir, key[1], startup_timeout=300)
+        return opened[key]
+
+    yield get
+    for w in opened.values():
+        w.stop()
+
+
+def test_index_is_well_formed():
+    assert ENTRIES, f"{DATA}/index.json lists no input"
+    names = set()
+    for e in ENTRIES:
+        assert e["file"] not in names, f"{e['file']} listed twice"
+        names.add(e["file"])
+        for step in [*e.get("before", []), e]:
+            assert (DATA / step["file"]).is_file(), f"{step['file']} is missing"
+            assert len(step["codec_tag"]) == 4, step
+        assert e.get("status") in ("open", "fixed"), e["file"]
+        assert e.get("description") and e.get("found_by"), e["file"]
+        for backend in e.get("backends", fuzz.BACKENDS):
+            assert backend in fuzz.BACKENDS
+            assert set(e["expect"][backend]) <= set(fuzz.CLEAN), e["file"]
+
+
+@pytest.mark.parametrize("entry,backend", list(_cases()))
+def test_regression_input(workers, entry, backend):
+    w = workers(backend, entry.get("validation", True))
+    replies = fuzz.run_regression(entry, DATA, w, timeout=120)
+    allowed = entry["expect"][backend]
+    last = replies[-1]
+    assert last.status not in ("crash", "hang"), (
+        f"{entry['file']} on {backend}: {last.status} after {len(replies)} decodes "
+        f"(signal {last.signal}): {last.message[:400]}")
+    bad = [(i, r.status, r.message[:120]) for i, r in enumerate(replies) if r.status not in allowed]
+    assert not bad, f"{entry['file']} on {backend}: outcomes outside {allowed}: {bad[:3]}"
+    messages = [m for r in replies for m in r.validation]
+    assert not messages, f"{entry['file']} on {backend}: validation messages: {messages[:3]}"
+    reports = [m for r in replies for m in r.sanitizer]
+    assert not reports, f"{entry['file']} on {backend}: sanitizer reports: {reports[:3]}"
