@@ -24,6 +24,7 @@
  * and how to cut (bits 4-5: whole input, cuts from the following bytes,
  * fixed-size cuts); bytes 1-3 seed the cut sizes; the rest is the stream.
  */
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,11 +32,43 @@
 
 #include <libavcodec/avcodec.h>
 #include <libavutil/common.h>
+#include <libavutil/mem.h>
 #include <libavutil/pixdesc.h>
 
 #include "pyprores.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Compiled into this target from the patched source tree (scripts/fuzz-coverage),
+ * so that it is fuzzed even when the FFmpeg build lists no ProRes parser. */
+extern const AVCodecParser ff_prores_parser;
+
+/* av_parser_init() when the build has the ProRes parser; otherwise the same
+ * initialisation (libavcodec/parser.c) done here for ff_prores_parser. */
+static AVCodecParserContext *open_parser(void)
+{
+    AVCodecParserContext *s = av_parser_init(AV_CODEC_ID_PRORES);
+
+    if (s)
+        return s;
+    s = av_mallocz(sizeof(*s));
+    if (!s)
+        return NULL;
+    s->parser = (AVCodecParser *)&ff_prores_parser;
+    s->priv_data = av_mallocz(ff_prores_parser.priv_data_size);
+    if (!s->priv_data) {
+        av_free(s);
+        return NULL;
+    }
+    s->fetch_timestamp   = 1;
+    s->pict_type         = AV_PICTURE_TYPE_I;
+    s->key_frame         = -1;
+    s->dts_sync_point    = INT_MIN;
+    s->dts_ref_dts_delta = INT_MIN;
+    s->pts_dts_delta     = INT_MIN;
+    s->format            = -1;
+    return s;
+}
 
 static const uint32_t tags[8] = {
     MKTAG('a', 'p', 'c', 'o'), MKTAG('a', 'p', 'c', 's'), MKTAG('a', 'p', 'c', 'n'),
@@ -153,9 +186,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 4 || size > (1 << 24))
         return 0;
     avctx = avcodec_alloc_context3(NULL);
-    s = av_parser_init(AV_CODEC_ID_PRORES);
+    s = open_parser();
     if (!avctx || !s) {
-        fprintf(stderr, "fuzz_parser: the build has no ProRes parser\n");
+        fprintf(stderr, "fuzz_parser: out of memory\n");
         abort();
     }
     avctx->codec_type = AVMEDIA_TYPE_VIDEO;
