@@ -596,6 +596,7 @@ class Worker:
         self.keys: set = set()
         self.rss: list[tuple[int, int]] = []      # (incarnation, kib) per reply
         self.validation_enabled = False
+        self.libavcodec = "?"
 
     def start(self) -> None:
         ctx = multiprocessing.get_context("spawn")
@@ -637,6 +638,7 @@ class Worker:
             raise PyproresError(f"the {self.backend} worker could not start: "
                                 f"{hello.get('error')}: {hello.get('message')}")
         self.validation_enabled = bool(hello.get("validation"))
+        self.libavcodec = hello.get("libavcodec", "?")
 
     def _new_log(self) -> str:
         try:
@@ -793,6 +795,7 @@ class FuzzReport:
     devices: dict[str, str]
     validation: dict[str, bool]
     sanitizer_build: bool
+    libavcodec: dict[str, str]
     mutants: int
     seconds: float
     by_mutator: dict[str, dict[str, int]]
@@ -1023,8 +1026,10 @@ def run_regression(entry: dict, directory: str | os.PathLike, worker: Worker,
         data, tag = packets[0]
         return [worker.request({"op": "decode", "data": data, "tag": tag, "planes": False},
                                timeout, stream_key(data, tag))]
-    r = worker.request({"op": "sequence", "packets": packets, "repeat": repeat}, timeout,
-                       stream_key(*packets[0]))
+    # no first-frame allowance: a sequence of frames of new formats compiles
+    # pipelines, which takes seconds without the validation layer, minutes with it
+    r = worker.request({"op": "sequence", "packets": packets, "repeat": repeat},
+                       float(entry.get("timeout", timeout)))
     if r.status != "ok":
         return [r]
     replies = [Reply(st if st in CLEAN else "error", message=st) for st in r.extra["statuses"]]
@@ -1056,7 +1061,7 @@ def run(config: FuzzConfig, progress: Callable[[int, int | None], None] | None =
         backends=fz.stats, devices={b: _device_name(b, config.device) for b in config.backends},
         validation={b: w.validation_enabled for b, w in fz.workers.items()},
         sanitizer_build=sanitizer_preload(ffmpeg_dir()) is not None or "libasan" in os.environ.get("LD_PRELOAD", ""),
-        mutants=n, seconds=round(seconds, 1),
+        libavcodec={b: w.libavcodec for b, w in fz.workers.items()}, mutants=n, seconds=round(seconds, 1),
         by_mutator={k: dict(v) for k, v in sorted(fz.by_mutator.items())}, findings=fz.findings)
 
 
@@ -1139,6 +1144,7 @@ def format_text(report: FuzzReport) -> str:
              "devices: " + ", ".join(f"{b}: {d}" + (" + validation layer" if report.validation.get(b) else "")
                                      for b, d in report.devices.items())
              + ("; ASan/UBSan build" if report.sanitizer_build else ""),
+             "libavcodec: " + ", ".join(sorted(set(report.libavcodec.values()))),
              "", format_table(report), ""]
     for f in report.findings[:20]:
         lines.append(f"{f.kind} on {f.backend}: mutant {f.index} ({f.mutator}: {f.detail[:100]}) of "

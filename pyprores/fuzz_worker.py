@@ -44,6 +44,18 @@ def memory_kib() -> dict[str, int]:
     return out
 
 
+def libavcodec_path() -> str:
+    """The libavcodec this process loaded (which FFmpeg build is under test)."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                if "libavcodec" in line:
+                    return os.path.realpath(line.split()[-1])
+    except OSError:
+        pass
+    return "?"
+
+
 def rss_kib() -> int:
     """Resident set size of this process in KiB."""
     return memory_kib().get("VmRSS", 0)
@@ -175,7 +187,7 @@ def serve(conn: Any, backend: str, device: str | None, log_path: str, env: dict[
         dec = Decoder(backend, device)
         if backend == "vulkan":
             dec.session(("warm-up", 0, 0, b""))     # fail early when there is no device
-        conn.send({"status": "ready", "pid": os.getpid(), "rss_kib": rss_kib(),
+        conn.send({"status": "ready", "pid": os.getpid(), "rss_kib": rss_kib(), "libavcodec": libavcodec_path(),
                    "validation": dec.sessions and next(iter(dec.sessions.values())).validation_enabled})
     except Exception as e:
         conn.send({"status": "failed", "error": type(e).__name__, "message": str(e)})
@@ -199,6 +211,9 @@ def serve(conn: Any, backend: str, device: str | None, log_path: str, env: dict[
                 out = sequence(dec, req)
             elif op == "selftest-crash":
                 os.kill(os.getpid(), signal.SIGSEGV)
+                out = {"status": "ok"}
+            elif op == "selftest-stderr":      # what a sanitizer report looks like to the parent
+                os.write(2, b"==1==ERROR: AddressSanitizer: selftest (not a real report)\n")
                 out = {"status": "ok"}
             elif op == "selftest-hang":
                 time.sleep(3600)

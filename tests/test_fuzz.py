@@ -190,7 +190,7 @@ def test_ci_run_summary(ci_run, tmp_path):
         command="test", date="2026-11-22", machine="ci", seed=CI_SEED, seeds=[s.name for s in ci_run.seeds],
         seeds_digest=fuzz.seeds_digest(ci_run.seeds), backends=ci_run.stats,
         devices={b: "?" for b in ci_run.stats}, validation={b: False for b in ci_run.stats},
-        sanitizer_build=False, mutants=CI_COUNT, seconds=1.0,
+        sanitizer_build=False, libavcodec={}, mutants=CI_COUNT, seconds=1.0,
         by_mutator={k: dict(v) for k, v in ci_run.by_mutator.items()}, findings=ci_run.findings)
     j, md = fuzz.write_reports(report, tmp_path / "run")
     doc = json.loads(j.read_text())
@@ -202,15 +202,17 @@ def test_ci_run_summary(ci_run, tmp_path):
 
 def test_crash_and_hang_are_recorded_and_the_run_goes_on(seeds, tmp_path):
     cfg = fuzz.FuzzConfig(seed=3, count=8, backends=("software",), timeout=3, minimise=False,
-                          inject={2: "selftest-crash", 5: "selftest-hang"})
+                          inject={2: "selftest-crash", 5: "selftest-hang", 6: "selftest-stderr"})
     fz = fuzz.Fuzzer(cfg, seeds, tmp_path)
     assert fz.run() == 8
     st = fz.stats["software"]
     assert st.mutants == 8 and st.crash == 1 and st.hang == 1 and st.worker_restarts >= 2
+    assert st.sanitizer_reports == 1            # what the worker wrote to its stderr is scanned
     crash = next(f for f in fz.findings if f.kind == "crash")
     hang = next(f for f in fz.findings if f.kind == "hang")
     assert (crash.index, crash.signal) == (2, 11) and hang.index == 5
     assert st.ok + st.corrupt + st.error == 6       # the others were decoded after the restarts
+    assert fz.workers["software"].libavcodec.endswith(".so.61") or "libavcodec" in fz.workers["software"].libavcodec
 
 
 def test_cli_fuzz_and_reproduce(tmp_path, capsys):
