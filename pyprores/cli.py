@@ -373,6 +373,8 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
             print(f"written: {args.save}")
         return EXIT_OK
     bar = ProgressBar("fuzz", enabled=args.progress)
+    if args.progress is None and not bar.enabled:
+        bar = fuzz.LogProgress()          # a log: one line a minute
     try:
         report = fuzz.run(config, progress=bar)
     finally:

@@ -41,6 +41,7 @@ import re
 import shutil
 import struct
 import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -799,6 +800,7 @@ class FuzzReport:
     mutants: int
     seconds: float
     by_mutator: dict[str, dict[str, int]]
+    outcome_pairs: dict[str, int]
     findings: list[Finding]
 
     @property
@@ -830,6 +832,7 @@ class Fuzzer:
         self.by_mutator: dict[str, Counter] = {}
         self.findings: list[Finding] = []
         self.base: dict[tuple[str, int], dict | None] = {}
+        self.pairs: Counter = Counter()      # "software status/vulkan status" per mutant
 
     # -- one decode -------------------------------------------------------------
     def _decode(self, backend: str, m: Mutant, planes: bool, op: str = "decode") -> Reply:
@@ -902,6 +905,7 @@ class Fuzzer:
     # -- the loop --------------------------------------------------------------------
     def run_one(self, index: int) -> Mutant:
         m = make_mutant(self.seeds, self.cfg.seed, index, self.cfg.mutators)
+        statuses = []
         for backend in self.cfg.backends:
             iso = m.slice is not None
             if iso:
@@ -909,8 +913,10 @@ class Fuzzer:
             op = self.cfg.inject.get(index, "decode") if backend == self.cfg.backends[0] else "decode"
             r = self._decode(backend, m, planes=iso, op=op)
             self._count(backend, index, m, r)
+            statuses.append(r.status)
             if iso:
                 self._isolation(backend, index, m, r)
+        self.pairs["/".join(statuses)] += 1
         return m
 
     def run(self) -> int:
@@ -934,6 +940,24 @@ class Fuzzer:
     def close(self) -> None:
         for w in self.workers.values():
             w.stop()
+
+
+class LogProgress:
+    """Progress for logs (stderr not a terminal): one line a minute."""
+
+    def __init__(self, every: float = 60.0) -> None:
+        self.every = every
+        self.start = self.last = time.monotonic()
+
+    def __call__(self, done: int, total: int | None) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            self.last = now
+            print(f"fuzz: {done}{f'/{total}' if total else ''} mutants, {now - self.start:.0f} s",
+                  file=sys.stderr, flush=True)
+
+    def finish(self) -> None:
+        pass
 
 
 # ================================================================== minimisation
@@ -1062,7 +1086,8 @@ def run(config: FuzzConfig, progress: Callable[[int, int | None], None] | None =
         validation={b: w.validation_enabled for b, w in fz.workers.items()},
         sanitizer_build=sanitizer_preload(ffmpeg_dir()) is not None or "libasan" in os.environ.get("LD_PRELOAD", ""),
         libavcodec={b: w.libavcodec for b, w in fz.workers.items()}, mutants=n, seconds=round(seconds, 1),
-        by_mutator={k: dict(v) for k, v in sorted(fz.by_mutator.items())}, findings=fz.findings)
+        by_mutator={k: dict(v) for k, v in sorted(fz.by_mutator.items())},
+        outcome_pairs=dict(fz.pairs.most_common()), findings=fz.findings)
 
 
 def _device_name(backend: str, device: str | None) -> str:
@@ -1145,7 +1170,9 @@ def format_text(report: FuzzReport) -> str:
                                      for b, d in report.devices.items())
              + ("; ASan/UBSan build" if report.sanitizer_build else ""),
              "libavcodec: " + ", ".join(sorted(set(report.libavcodec.values()))),
-             "", format_table(report), ""]
+             "", format_table(report), "",
+             "outcomes per mutant (" + "/".join(report.backends) + "): "
+             + ", ".join(f"{k} {v}" for k, v in report.outcome_pairs.items()), ""]
     for f in report.findings[:20]:
         lines.append(f"{f.kind} on {f.backend}: mutant {f.index} ({f.mutator}: {f.detail[:100]}) of "
                      f"{f.seed_name}: {f.message.splitlines()[0][:200] if f.message else ''}"
@@ -1168,6 +1195,8 @@ def format_markdown(report: FuzzReport) -> str:
         "devices: " + ", ".join(f"{b}: {d}" + (" with the validation layer" if report.validation.get(b) else "")
                                 for b, d in report.devices.items()) + ".",
         "", format_table(report), "",
+        "Outcomes per mutant (" + " / ".join(report.backends) + "): "
+        + ", ".join(f"{k} {v}" for k, v in report.outcome_pairs.items()) + ".", "",
         f"Result: {'pass' if report.passed else 'FAIL'} ({len(report.findings)} findings).", ""])
 
 

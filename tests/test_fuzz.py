@@ -191,7 +191,8 @@ def test_ci_run_summary(ci_run, tmp_path):
         seeds_digest=fuzz.seeds_digest(ci_run.seeds), backends=ci_run.stats,
         devices={b: "?" for b in ci_run.stats}, validation={b: False for b in ci_run.stats},
         sanitizer_build=False, libavcodec={}, mutants=CI_COUNT, seconds=1.0,
-        by_mutator={k: dict(v) for k, v in ci_run.by_mutator.items()}, findings=ci_run.findings)
+        by_mutator={k: dict(v) for k, v in ci_run.by_mutator.items()},
+        outcome_pairs=dict(ci_run.pairs), findings=ci_run.findings)
     j, md = fuzz.write_reports(report, tmp_path / "run")
     doc = json.loads(j.read_text())
     assert doc["backends"]["software"]["mutants"] == CI_COUNT
