@@ -222,7 +222,8 @@ def serve(conn: Any, backend: str, device: str | None, log_path: str, env: dict[
                 out = {"status": "worker-error", "message": f"unknown request {op!r}"}
         except Exception:
             out = {"status": "worker-error", "message": traceback.format_exc()[-2000:]}
-        out["rss_kib"] = rss_kib()
+        out.setdefault("memory", memory_kib())
+        out["rss_kib"] = out["memory"].get("VmRSS", 0)
         out["validation"] = dec.validation_new()
         out["recycle"] = dec.wants_recycle()
         conn.send(out)
