@@ -8,6 +8,11 @@ the outcomes allowed (``ok``, ``corrupt``: decoded and flagged damaged,
 ``error``: a clean error code). Decoding runs in the fuzzer's child workers,
 so a crash or hang fails the test instead of the suite.
 
+Entries of ``kind: stream`` are container files decoded as one stream by the
+build's ffmpeg (one decoder context for every frame, which csrc sessions do
+not give: they reopen on a size change); their Vulkan frames must equal the
+software decoder's.
+
 ``status: open`` marks a decoder bug reported but not fixed yet, on the
 backends listed in ``open_on``: the test runs and is an expected failure
 (XPASS once fixed: then set the status to ``fixed``, and the test guards
@@ -17,6 +22,7 @@ against its return).
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -29,8 +35,10 @@ HAS_VK = native.available() and native.has_hwaccel("vulkan")
 VALIDATE = os.environ.get("PYPRORES_VALIDATION") == "1"
 
 
-def _cases():
+def _cases(kind: str = "packet"):
     for e in ENTRIES:
+        if e.get("kind", "packet") != kind:
+            continue
         for backend in e.get("backends", fuzz.BACKENDS):
             marks = []
             if backend == "vulkan" and not HAS_VK:
@@ -90,3 +98,25 @@ def test_regression_input(workers, entry, backend):
     assert not messages, f"{entry['file']} on {backend}: validation messages: {messages[:3]}"
     reports = [m for r in replies for m in r.sanitizer]
     assert not reports, f"{entry['file']} on {backend}: sanitizer reports: {reports[:3]}"
+
+
+def _framemd5(ffmpeg: Path, path: Path, vulkan: bool) -> list[str]:
+    """Per-frame MD5s of the decoded frames at their own size (no rescaling)."""
+    hw = ["-init_hw_device", "vulkan=vk:0", "-hwaccel", "vulkan", "-hwaccel_output_format", "vulkan"]
+    vf = ["-vf", "hwdownload,format=yuv422p10le"] if vulkan else []
+    res = subprocess.run([str(ffmpeg), "-hide_banner", "-v", "error", *(hw if vulkan else []), "-i", str(path),
+                          *vf, "-noautoscale", "-f", "framemd5", "-"], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-1500:]
+    return [line.split(",")[-1].strip() for line in res.stdout.splitlines() if line and line[0] != "#"]
+
+
+@pytest.mark.parametrize("entry,backend", list(_cases("stream")))
+def test_regression_stream(ffmpeg_bin, entry, backend):
+    """A whole stream through one decoder context (the ffmpeg command line):
+    the Vulkan frames must equal the software decoder's, twice in a row."""
+    path = DATA / entry["file"]
+    want = _framemd5(ffmpeg_bin, path, vulkan=False)
+    assert len(want) >= 2
+    for _ in range(2):
+        assert _framemd5(ffmpeg_bin, path, vulkan=True) == want, entry["file"]
