@@ -170,12 +170,7 @@ def test_ci_run_validation(ci_run):
     if VALIDATE:
         assert w.validation_enabled, "PYPRORES_VALIDATION=1 but the Vulkan worker runs without the layer"
     messages = _findings(ci_run, ("validation",))
-    # Known open bug (tests/data/regressions/width-65535-hq422.bin): frame sizes
-    # beyond maxImageDimension2D reach vkCreateImage. Everything else must be silent.
-    other = [m for m in messages if "VUID-VkImageCreateInfo-extent-0225" not in m]
-    assert not other, other[:5]
-    if messages:
-        pytest.xfail(f"open decoder bug (width-65535-hq422.bin): {len(messages)} mutants: {messages[0][:200]}")
+    assert not messages, messages[:5]
 
 
 def test_ci_run_slice_isolation(ci_run):
