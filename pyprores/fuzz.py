@@ -37,7 +37,6 @@ import json
 import multiprocessing
 import os
 import platform
-import re
 import shutil
 import struct
 import subprocess
@@ -47,7 +46,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 

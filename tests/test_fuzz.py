@@ -18,7 +18,6 @@ import struct
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
