@@ -28,10 +28,23 @@ typedef struct submitted_slice {
     int submitted;
 } submitted_slice;
 
+/* A Vulkan device shared by the sessions that asked for the same device with
+ * the same validation setting. Creating a VkDevice costs about a second on
+ * some drivers, and NVIDIA's driver 580 crashes in vkCreateDevice when one
+ * process holds more than four of FFmpeg's devices; FFmpeg's Vulkan device
+ * context is safe to share between decoders (its queues are locked). */
+typedef struct shared_device {
+    char key[PPR_MSG_SIZE];         /* validation flag and device string */
+    AVBufferRef *ref;               /* the cache's own reference */
+    int users;                      /* sessions holding it */
+    struct shared_device *next;
+} shared_device;
+
 struct ppr_session {
     int backend;
     int threads;
     AVBufferRef *hw_device;
+    shared_device *dev;             /* vulkan: the cache entry of hw_device */
     int device_ready;               /* device creation finished */
     AVCodecContext *avctx;
     int need_reopen;                /* e.g. after a failed get_format */
@@ -127,6 +140,7 @@ const char *ppr_last_error(ppr_session *s)
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static ppr_session *g_sessions;
+static shared_device *g_devices;
 static volatile int g_user_level = AV_LOG_QUIET;
 
 static int session_live(ppr_session *s)  /* g_lock held */
@@ -134,6 +148,15 @@ static int session_live(ppr_session *s)  /* g_lock held */
     ppr_session *it;
     for (it = g_sessions; it; it = it->next)
         if (it == s)
+            return 1;
+    return 0;
+}
+
+static int device_live(const shared_device *d)  /* g_lock held */
+{
+    const shared_device *it;
+    for (it = g_devices; it; it = it->next)
+        if (it == d)
             return 1;
     return 0;
 }
@@ -220,11 +243,21 @@ static void keep_validation(ppr_session *s, const char *line)  /* g_lock held */
     s->validation_kept++;
 }
 
+static void deliver(ppr_session *s, int level, const char *line, int from_device)  /* g_lock held */
+{
+    if (level <= AV_LOG_ERROR)
+        append_line(s->av_last, sizeof(s->av_last), &s->av_last_open, line);
+    if (s->validation && from_device && line[0] != '\t' &&
+        (s->device_ready || looks_like_validation(line)))
+        keep_validation(s, line);
+}
+
 static void log_callback(void *avcl, int level, const char *fmt, va_list vl)
 {
     char line[PPR_MSG_SIZE];
     const AVClass *cls = NULL;
     void *cand = NULL;
+    shared_device *dev = NULL;
     int from_device = 0;
     ppr_session *s = NULL;
     va_list vl2;
@@ -245,7 +278,7 @@ static void log_callback(void *avcl, int level, const char *fmt, va_list vl)
         if (!strcmp(cls->class_name, "AVCodecContext")) {
             cand = ((AVCodecContext *)avcl)->opaque;
         } else if (!strcmp(cls->class_name, "AVHWDeviceContext")) {
-            cand = ((AVHWDeviceContext *)avcl)->user_opaque;
+            dev = ((AVHWDeviceContext *)avcl)->user_opaque;
             from_device = 1;
         } else if (!strcmp(cls->class_name, "AVHWFramesContext")) {
             cand = ((AVHWFramesContext *)avcl)->user_opaque;
@@ -255,14 +288,17 @@ static void log_callback(void *avcl, int level, const char *fmt, va_list vl)
     pthread_mutex_lock(&g_lock);
     if (cand && session_live(cand))
         s = cand;
-    else if (tls_session && session_live(tls_session))
+    else if (tls_session && session_live(tls_session) &&
+             (!dev || tls_session->dev == dev))
         s = tls_session;
     if (s) {
-        if (level <= AV_LOG_ERROR)
-            append_line(s->av_last, sizeof(s->av_last), &s->av_last_open, line);
-        if (s->validation && from_device && line[0] != '\t' &&
-            (s->device_ready || looks_like_validation(line)))
-            keep_validation(s, line);
+        deliver(s, level, line, from_device);
+    } else if (dev && device_live(dev)) {
+        /* a shared device's line outside any call of its sessions (e.g. from
+         * a driver thread): every session on the device sees it */
+        for (s = g_sessions; s; s = s->next)
+            if (s->dev == dev)
+                deliver(s, level, line, from_device);
     }
     pthread_mutex_unlock(&g_lock);
 
@@ -376,6 +412,90 @@ static void vulkan_device_name(ppr_session *s)
         snprintf(s->device_name, sizeof(s->device_name), "%s", props.deviceName);
 }
 
+/* Drop a session's use of a shared device; the last one destroys it (its log
+ * lines still reach the closing session through tls_session). */
+static void device_release(shared_device *d)
+{
+    int last = 0;
+    if (!d)
+        return;
+    pthread_mutex_lock(&g_lock);
+    if (!--d->users) {
+        shared_device **pp;
+        for (pp = &g_devices; *pp; pp = &(*pp)->next)
+            if (*pp == d) {
+                *pp = d->next;
+                break;
+            }
+        last = 1;
+    }
+    pthread_mutex_unlock(&g_lock);
+    if (last) {
+        av_buffer_unref(&d->ref);
+        free(d);
+    }
+}
+
+/* Give s a reference to the shared device for key, creating it when no
+ * session holds one. Returns 0 or a negative AVERROR. */
+static int device_acquire(ppr_session *s, const char *key, const char *device,
+                          AVDictionary *opts)
+{
+    shared_device *d;
+    int ret;
+
+    pthread_mutex_lock(&g_lock);
+    for (d = g_devices; d; d = d->next)
+        if (!strcmp(d->key, key))
+            break;
+    if (d) {
+        s->hw_device = av_buffer_ref(d->ref);
+        if (s->hw_device) {
+            d->users++;
+            s->dev = d;
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+    if (d)
+        return s->hw_device ? 0 : AVERROR(ENOMEM);
+
+    d = calloc(1, sizeof(*d));
+    if (!d)
+        return AVERROR(ENOMEM);
+    snprintf(d->key, sizeof(d->key), "%s", key);
+    /* log lines of the creation reach this session through tls_session */
+    ret = av_hwdevice_ctx_create(&d->ref, AV_HWDEVICE_TYPE_VULKAN, device, opts, 0);
+    if (ret >= 0) {
+        s->hw_device = av_buffer_ref(d->ref);
+        if (!s->hw_device)
+            ret = AVERROR(ENOMEM);
+    }
+    if (ret < 0) {
+        av_buffer_unref(&d->ref);
+        free(d);
+        return ret;
+    }
+    ((AVHWDeviceContext *)d->ref->data)->user_opaque = d;
+    d->users = 1;
+    s->dev = d;
+    pthread_mutex_lock(&g_lock);
+    d->next = g_devices;
+    g_devices = d;
+    pthread_mutex_unlock(&g_lock);
+    return 0;
+}
+
+int ppr_device_sessions(ppr_session *s)
+{
+    int n;
+    if (!s || !s->dev)
+        return 0;
+    pthread_mutex_lock(&g_lock);
+    n = s->dev->users;
+    pthread_mutex_unlock(&g_lock);
+    return n;
+}
+
 static int env_validation(void)
 {
     const char *v = getenv("PYPRORES_VALIDATION");
@@ -392,6 +512,8 @@ static void session_free(ppr_session *s)
     av_frame_free(&s->frame);
     av_frame_free(&s->swframe);
     av_buffer_unref(&s->hw_device);
+    device_release(s->dev);
+    s->dev = NULL;
     for (p = 0; p < 2; p++) {
         if (s->subs[p]) {
             int i;
@@ -469,8 +591,7 @@ int ppr_open_ex(ppr_session **out, const char *backend, const char *device, int 
         snprintf(s->device_name, sizeof(s->device_name), "cpu");
     } else {
         AVDictionary *opts = NULL;
-        AVHWDeviceContext *dc;
-        char msg[PPR_MSG_SIZE];
+        char msg[PPR_MSG_SIZE], key[PPR_MSG_SIZE];
 
         s->validation = env_validation();
         if (s->validation && getenv("PYPRORES_VALIDATION_IGNORE")) {
@@ -489,8 +610,8 @@ int ppr_open_ex(ppr_session **out, const char *backend, const char *device, int 
             session_free(s);
             return leave(ppr__fail(PPR_ENODEVICE, "this FFmpeg build has no Vulkan support"));
         }
-        /* log lines of the creation reach this session through tls_session */
-        ret = av_hwdevice_ctx_create(&s->hw_device, AV_HWDEVICE_TYPE_VULKAN, device, opts, 0);
+        snprintf(key, sizeof(key), "%d:%s", s->validation, device ? device : "");
+        ret = device_acquire(s, key, device, opts);
         av_dict_free(&opts);
         if (ret < 0) {
             int validation = s->validation;
@@ -502,8 +623,6 @@ int ppr_open_ex(ppr_session **out, const char *backend, const char *device, int 
                                    validation ? " (PYPRORES_VALIDATION=1 needs the Khronos "
                                    "validation layer: apt-get install vulkan-validationlayers)" : ""));
         }
-        dc = (AVHWDeviceContext *)s->hw_device->data;
-        dc->user_opaque = s;
         s->device_ready = 1;
         vulkan_device_name(s);
 

@@ -217,6 +217,12 @@ void ppr_close(ppr_session *session);
  * Vulkan reports it (e.g. "llvmpipe (LLVM 15.0.6, 256 bits)"). */
 const char *ppr_device_name(ppr_session *session);
 
+/* Vulkan sessions opened with the same device string and validation setting
+ * share one Vulkan device (FFmpeg's AVHWDeviceContext), created by the first
+ * and destroyed with the last: the number of open sessions on this session's
+ * device, 0 for software. */
+int ppr_device_sessions(ppr_session *session);
+
 /* The session's backend: "software" or "vulkan". */
 const char *ppr_backend(ppr_session *session);
 

@@ -188,6 +188,12 @@ class Session:
         return ffi.string(_lib().ppr_device_name(self._live())).decode("utf-8", "replace")
 
     @property
+    def device_sessions(self) -> int:
+        """Open Vulkan sessions sharing this session's Vulkan device (sessions
+        with the same device and validation setting share one); 0 for software."""
+        return int(_lib().ppr_device_sessions(self._live()))
+
+    @property
     def validation_enabled(self) -> bool:
         return bool(_lib().ppr_validation_enabled(self._live()))
 

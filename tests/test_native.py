@@ -289,6 +289,32 @@ def test_decode_alternating_streams(clips, sessions, backend):
                             reference(clip.packets[1], clip.tag), name)
 
 
+@pytest.mark.skipif(not HAS_VK, reason=NO_VK_REASON)
+def test_vulkan_sessions_share_one_device(clips):
+    """Sessions on the same device share one VkDevice (NVIDIA's driver 580
+    crashes creating a fifth in one process), yet each keeps its own decoder:
+    interleaved streams of different formats decode exactly, and closing one
+    session leaves the device to the others."""
+    a = unvalidated_session("vulkan")
+    b = unvalidated_session("vulkan")
+    try:
+        n = a.device_sessions
+        assert n >= 2 and b.device_sessions == n
+        for name_a, name_b in (("hq422", "4444a16"), ("tff422", "bff444")):
+            for s, name in ((a, name_a), (b, name_b)):
+                clip = clips[name]
+                assert_frames_equal(s.decode(clip.packets[1], clip.tag),
+                                    reference(clip.packets[1], clip.tag), name)
+        a.close()
+        assert b.device_sessions == n - 1
+        clip = clips["4444a8"]
+        assert_frames_equal(b.decode(clip.packets[0], clip.tag),
+                            reference(clip.packets[0], clip.tag), "4444a8")
+    finally:
+        a.close()
+        b.close()
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_decode_accepts_buffers(clips, sessions, backend):
     clip = clips["hq422"]
