@@ -48,7 +48,7 @@ static int same_planes(const ppr_planes *a, const ppr_planes *b)
 
 int main(int argc, char **argv)
 {
-    ppr_session *s = NULL;
+    ppr_session *s = NULL, *s2 = NULL;
     int failures = 0, ret, packets = 0;
     unsigned flags = 0;
     uint32_t tag;
@@ -81,6 +81,17 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("device: %s (%s)\n", ppr_device_name(s), ppr_backend(s));
+    /* a second session, which shares the first one's Vulkan device */
+    ret = ppr_open_ex(&s2, argc > 3 ? argv[3] : "software", NULL, 0, flags);
+    if (ret < 0) {
+        fprintf(stderr, "second ppr_open: %s: %s\n", ppr_strerror(ret), ppr_last_error(NULL));
+        ppr_close(s);
+        free(data);
+        return 1;
+    }
+    ret = strcmp(ppr_backend(s), "vulkan") ? 0 : 2;
+    CHECK(ppr_device_sessions(s) == ret && ppr_device_sessions(s2) == ret,
+          "device sessions: %d, %d (want %d)", ppr_device_sessions(s), ppr_device_sessions(s2), ret);
 
     for (pos = 0; pos + 8 <= size; packets++) {
         long psize = (long)((uint32_t)data[pos] << 24 | data[pos + 1] << 16 | data[pos + 2] << 8 | data[pos + 3]);
@@ -107,6 +118,9 @@ int main(int argc, char **argv)
         ret = ppr_decode(s, pkt, (size_t)psize, tag, &whole);
         CHECK(ret == 0 || (flags && ret == PPR_ENOHWACCEL), "decode: %s", ppr_strerror(ret));
         if (ret == 0) {
+            ret = ppr_decode(s2, pkt, (size_t)psize, tag, &rebuilt);
+            CHECK(ret == 0 && same_planes(&whole, &rebuilt), "second session: %s", ppr_strerror(ret));
+
             /* rebuild from all slices: same picture */
             ppr_frame_begin(s, pkt, (size_t)psize, tag);
             for (int p = 0; p < info.picture_count; p++)
@@ -161,6 +175,10 @@ int main(int argc, char **argv)
     printf("packets: %d, failures: %d, validation messages: %d\n", packets, failures,
            ppr_validation_messages(s));
     ppr_close(s);
+    s = NULL;   /* CHECK reports ppr_last_error(s) */
+    CHECK(!strcmp(ppr_backend(s2), "vulkan") ? ppr_device_sessions(s2) == 1 : 1,
+          "device sessions after close: %d", ppr_device_sessions(s2));
+    ppr_close(s2);
     free(data);
     return failures ? 1 : 0;
 }
