@@ -138,6 +138,31 @@ static int parse_picture(const uint8_t *pkt, const uint8_t *buf, long buf_size,
     return (int)pic_data_size;
 }
 
+/* What proresdec.c's decode_frame() checks before it allocates a frame
+ * (check_slice_index_size() of the series): the first picture's slice index
+ * fits the packet. Other picture header faults are left to parse_picture(),
+ * as the decoder leaves them to decode_picture_header(). */
+static int check_first_index(const uint8_t *buf, long buf_size, const ppr_frame_info *fi)
+{
+    int hdr_size, log2_w;
+    unsigned mb_width, mb_height;
+    long slice_count;
+
+    if (buf_size < 8)
+        return 0;
+    hdr_size = buf[0] >> 3;
+    log2_w = buf[7] >> 4;
+    if (hdr_size < 8 || hdr_size > buf_size || log2_w > 3)
+        return 0;
+    mb_width = (fi->width + 15) >> 4;
+    mb_height = fi->interlace_mode ? (fi->height + 31) >> 5 : (fi->height + 15) >> 4;
+    slice_count = (long)mb_height * ((mb_width >> log2_w) + popcount(mb_width & ((1u << log2_w) - 1)));
+    if (hdr_size + slice_count * 2 > buf_size)
+        return ppr__fail(PPR_ETRUNCATED, "picture 0: slice index (%ld slices) exceeds the packet",
+                         slice_count);
+    return 0;
+}
+
 static int inspect(const uint8_t *pkt, size_t size, uint32_t codec_tag, ppr_frame_info *out,
                    int with_pictures)
 {
@@ -215,12 +240,12 @@ static int inspect(const uint8_t *pkt, size_t size, uint32_t codec_tag, ppr_fram
     name = av_get_pix_fmt_name(pix_fmt);
     snprintf(out->pix_fmt, sizeof(out->pix_fmt), "%s", name ? name : "?");
 
-    if (!with_pictures)
-        return 0;
-
     /* decode_frame(): the pictures follow the frame header */
     buf += hdr_size;
     buf_size -= hdr_size;
+
+    if (!with_pictures)
+        return check_first_index(buf, buf_size, out);
 
     for (p = 0; p < 2; p++) {
         ret = parse_picture(pkt, buf, buf_size, out, p, &out->pictures[p]);

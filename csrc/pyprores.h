@@ -166,7 +166,10 @@ int ppr_inspect(const uint8_t *pkt, size_t size, uint32_t codec_tag,
                 ppr_frame_info *out);
 
 /* Like ppr_inspect, but stop after the frame header: picture_count is 0 and
- * nothing is allocated. Enough for ppr_frame_layout(). */
+ * nothing is allocated. Enough for ppr_frame_layout(). Also refused, with
+ * PPR_ETRUNCATED: a first picture whose slice index cannot fit the packet,
+ * which FFmpeg's decoder refuses before it allocates a frame (so a header
+ * claiming a huge frame in a small packet costs no memory anywhere). */
 int ppr_inspect_header(const uint8_t *pkt, size_t size, uint32_t codec_tag,
                        ppr_frame_info *out);
 

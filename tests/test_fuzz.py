@@ -276,14 +276,18 @@ def test_huge_headers_are_refused_before_allocating(seeds, tmp_path):
 
 @pytest.mark.skipif(not HAS_VK, reason="this FFmpeg build has no prores_vulkan hwaccel")
 def test_huge_headers_on_vulkan_are_refused(seeds, tmp_path):
-    """The Vulkan session hands header-sound packets to FFmpeg, which allocates
-    the frame before it parses the picture header (stock proresdec order): the
-    packet is refused cleanly and resident memory stays small (the image is
-    reserved, not touched). Sizes within maxImageDimension2D only: beyond it
-    see tests/data/regressions/width-65535-hq422.bin."""
+    """A header claiming a huge frame in a packet that cannot hold the first
+    picture's slice index is refused before any frame-sized allocation, on
+    the Vulkan path too: by ppr_inspect_header before the output planes, and
+    by FFmpeg's decoder (series patch 11) before the frame (a Vulkan image)
+    is allocated. Peak address space and peak RSS grow by less than 64 MiB
+    (a 8192x4320 4:2:2 10-bit frame alone is 135 MiB)."""
     seed = seeds[0]
-    w = fuzz.Worker("vulkan", None, tmp_path, False)   # no layer: a 16000x16000 pool frame is freed at exit only
+    w = fuzz.Worker("vulkan", None, tmp_path, False)
     try:
+        # open the session and its decoder first: device creation maps memory
+        r = w.request({"op": "decode", "data": seed.data, "tag": seed.tag, "planes": False}, 300)
+        assert r.status == "ok", r.message
         for size in ((16000, 16000), (8192, 4320), (65535, 65535)):
             # the worker asks to be recycled after a frame this size: measure within one process
             before = w.request({"op": "memory"}, 120).extra["memory"]
@@ -293,8 +297,41 @@ def test_huge_headers_on_vulkan_are_refused(seeds, tmp_path):
             assert r.status == "error", (size, r.status, r.message)
             after = r.extra["memory"]
             assert after["VmHWM"] - before["VmHWM"] < 64 * 1024, (size, before, after)
+            assert after["VmPeak"] - before["VmPeak"] < 64 * 1024, (size, before, after)
     finally:
         w.stop()
+
+
+@pytest.mark.skipif(not HAS_VK, reason="this FFmpeg build has no prores_vulkan hwaccel")
+def test_ffmpeg_hwaccel_refuses_huge_header_before_allocating(tmp_path, ffmpeg_bin):
+    """`ffmpeg -hwaccel vulkan` on a .mov whose frame headers claim
+    16000x16000 (the slice index cannot fit): proresdec refuses the packet
+    before it allocates the frame (series patch 11), so even under a 1.5 GiB
+    address-space limit the error is the slice count, not a failed
+    allocation of a 16000x16000 Vulkan image."""
+    import resource
+    src = tmp_path / "small.mov"
+    subprocess.run([str(ffmpeg_bin), "-v", "error", "-f", "lavfi", "-i", "testsrc2=s=72x40:r=25",
+                    "-frames:v", "2", "-c:v", "prores_ks", "-profile:v", "3", str(src)], check=True)
+    data = bytearray(src.read_bytes())
+    at = data.find(b"icpf")
+    assert at > 0
+    while at > 0:
+        struct.pack_into(">HH", data, at + 12, 16000, 16000)
+        at = data.find(b"icpf", at + 4)
+    huge = tmp_path / "huge.mov"
+    huge.write_bytes(bytes(data))
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1536 << 20,) * 2)
+
+    res = subprocess.run([str(ffmpeg_bin), "-hide_banner", "-v", "error", "-init_hw_device", "vulkan=vk:0",
+                          "-hwaccel", "vulkan", "-hwaccel_output_format", "vulkan", "-i", str(huge),
+                          "-f", "null", "-"], capture_output=True, text=True, timeout=120,
+                         preexec_fn=limit)
+    assert res.returncode != 0
+    assert "wrong slice count" in res.stderr, res.stderr[-1500:]
+    assert "get_buffer() failed" not in res.stderr and "Cannot allocate memory" not in res.stderr
 
 
 @pytest.mark.parametrize("backend,n", [("software", 2000), pytest.param(
