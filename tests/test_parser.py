@@ -1,7 +1,8 @@
 """The ProRes parser of the FFmpeg build (libavcodec/prores_parser.c), as ffprobe sees it.
 
-With the parser patches ('lavc: add ProRes bitstream parser' and 'lavf: take ProRes
-stream parameters from the parser'), avformat_find_stream_info() takes the size, the
+With the parser patches ('lavc: add ProRes bitstream parser', 'lavf/demux: take the
+pixel format of ProRes streams from the parser' and 'lavf/mov: parse the frame headers
+of ProRes streams'), avformat_find_stream_info() takes the size, the
 pixel format and the field order of a ProRes stream from the frame header instead of
 decoding a frame. These tests check, for every prores_ks profile, progressive and
 both field orders, with and without alpha, that what ffprobe reports for the stream
@@ -142,8 +143,9 @@ def parser_available(run_ffmpeg, run_ffprobe, clip_dir) -> None:
     if stream.get("field_order", "unknown") == "unknown":
         pytest.skip("the FFmpeg build does not parse ProRes headers when probing (field "
                     "order unknown without a 'fiel' atom): it lacks the ProRes parser "
-                    "patches 'lavc: add ProRes bitstream parser' and 'lavf: take ProRes "
-                    "stream parameters from the parser'")
+                    "patches 'lavc: add ProRes bitstream parser', 'lavf/demux: take the "
+                    "pixel format of ProRes streams from the parser' and 'lavf/mov: parse "
+                    "the frame headers of ProRes streams'")
 
 
 @pytest.fixture(scope="session")
