@@ -37,6 +37,16 @@ static int popcount(unsigned v)
 /* proresdec.c decode_picture_header(); `buf` points at the picture header,
  * `buf_size` is everything left in the packet from there (as in FFmpeg).
  * Returns the picture data size (>= 0) or an error. */
+/* proresdec.c's picture_slice_count(): the slice count follows from the
+ * frame size and the slice width (the value in the picture header is ignored). */
+static long slice_count_of(const ppr_frame_info *fi, int log2_w, unsigned *mb_width,
+                           unsigned *mb_height)
+{
+    *mb_width = (fi->width + 15) >> 4;
+    *mb_height = fi->interlace_mode ? (fi->height + 31) >> 5 : (fi->height + 15) >> 4;
+    return (long)*mb_height * ((*mb_width >> log2_w) + popcount(*mb_width & ((1u << log2_w) - 1)));
+}
+
 static int parse_picture(const uint8_t *pkt, const uint8_t *buf, long buf_size,
                          const ppr_frame_info *fi, int pic_no, ppr_picture_info *pic)
 {
@@ -64,13 +74,7 @@ static int parse_picture(const uint8_t *pkt, const uint8_t *buf, long buf_size,
         return ppr__fail(PPR_EDECODE, "picture %d: unsupported slice resolution: %dx%d",
                          pic_no, 1 << log2_w, 1 << log2_h);
 
-    mb_width = (fi->width + 15) >> 4;
-    if (fi->interlace_mode)
-        mb_height = (fi->height + 31) >> 5;
-    else
-        mb_height = (fi->height + 15) >> 4;
-
-    slice_count = mb_height * ((mb_width >> log2_w) + popcount(mb_width & ((1u << log2_w) - 1)));
+    slice_count = (int)slice_count_of(fi, log2_w, &mb_width, &mb_height);
     if (!slice_count)
         return ppr__fail(PPR_EDECODE, "picture %d: no slices", pic_no);
 
@@ -154,9 +158,7 @@ static int check_first_index(const uint8_t *buf, long buf_size, const ppr_frame_
     log2_w = buf[7] >> 4;
     if (hdr_size < 8 || hdr_size > buf_size || log2_w > 3)
         return 0;
-    mb_width = (fi->width + 15) >> 4;
-    mb_height = fi->interlace_mode ? (fi->height + 31) >> 5 : (fi->height + 15) >> 4;
-    slice_count = (long)mb_height * ((mb_width >> log2_w) + popcount(mb_width & ((1u << log2_w) - 1)));
+    slice_count = slice_count_of(fi, log2_w, &mb_width, &mb_height);
     if (hdr_size + slice_count * 2 > buf_size)
         return ppr__fail(PPR_ETRUNCATED, "picture 0: slice index (%ld slices) exceeds the packet",
                          slice_count);
