@@ -34,9 +34,6 @@ static int popcount(unsigned v)
 
 #define TAG(a, b, c, d) ((uint32_t)(a) | (uint32_t)(b) << 8 | (uint32_t)(c) << 16 | (uint32_t)(d) << 24)
 
-/* proresdec.c decode_picture_header(); `buf` points at the picture header,
- * `buf_size` is everything left in the packet from there (as in FFmpeg).
- * Returns the picture data size (>= 0) or an error. */
 /* proresdec.c's picture_slice_count(): the slice count follows from the
  * frame size and the slice width (the value in the picture header is ignored). */
 static long slice_count_of(const ppr_frame_info *fi, int log2_w, unsigned *mb_width,
@@ -47,6 +44,9 @@ static long slice_count_of(const ppr_frame_info *fi, int log2_w, unsigned *mb_wi
     return (long)*mb_height * ((*mb_width >> log2_w) + popcount(*mb_width & ((1u << log2_w) - 1)));
 }
 
+/* proresdec.c decode_picture_header(); `buf` points at the picture header,
+ * `buf_size` is everything left in the packet from there (as in FFmpeg).
+ * Returns the picture data size (>= 0) or an error. */
 static int parse_picture(const uint8_t *pkt, const uint8_t *buf, long buf_size,
                          const ppr_frame_info *fi, int pic_no, ppr_picture_info *pic)
 {

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import struct
 import subprocess
 import sys
@@ -309,7 +310,6 @@ def test_ffmpeg_hwaccel_refuses_huge_header_before_allocating(tmp_path, ffmpeg_b
     before it allocates the frame (series patch 11), so even under a 1.5 GiB
     address-space limit the error is the slice count, not a failed
     allocation of a 16000x16000 Vulkan image."""
-    import resource
     src = tmp_path / "small.mov"
     subprocess.run([str(ffmpeg_bin), "-v", "error", "-f", "lavfi", "-i", "testsrc2=s=72x40:r=25",
                     "-frames:v", "2", "-c:v", "prores_ks", "-profile:v", "3", str(src)], check=True)
