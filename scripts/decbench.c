@@ -134,7 +134,11 @@ int main(int argc, char **argv)
             if (!tmp)
                 return 1;
             pkts = tmp;
-            pkts[nb_pkts++] = av_packet_clone(pkt);
+            /* a NULL here would later be sent as the end of the stream */
+            if (!(pkts[nb_pkts++] = av_packet_clone(pkt))) {
+                fprintf(stderr, "out of memory reading %s\n", path);
+                return 1;
+            }
         }
         av_packet_unref(pkt);
     }
