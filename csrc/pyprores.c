@@ -601,7 +601,13 @@ int ppr_open_ex(ppr_session **out, const char *backend, const char *device, int 
                 return leave(ppr__fail(PPR_ENOMEM, "out of memory"));
             }
         }
-        if (s->validation && av_dict_set(&opts, "debug", "1", 0) < 0) {
+        /* A session decodes on the compute queues only. Every queue costs
+         * device creation time (about 30 ms each with NVIDIA's driver), and
+         * four per family decode as fast as all of them (docs/BENCHMARKS.md,
+         * run 7); the option comes with the series' patch 15. */
+        if ((s->validation && av_dict_set(&opts, "debug", "1", 0) < 0) ||
+            av_dict_set(&opts, "limit_queues", "4", 0) < 0) {
+            av_dict_free(&opts);
             session_free(s);
             return leave(ppr__fail(PPR_ENOMEM, "out of memory"));
         }

@@ -195,6 +195,32 @@ def test_threads_4(hw_clips, run_ffmpeg, name):
     assert_same_frames(software(run_ffmpeg, clip, fmt), _framemd5(res), VARIANTS[name].frames, name)
 
 
+@pytest.mark.parametrize("value", ["x", "-1", "4x", "99999999999"])
+def test_limit_queues_rejects_bad_values(run_ffmpeg, value):
+    """Patch 15's device option: a value that is not a count fails device creation
+    with a message naming the option, instead of being read as 0 (no limit)."""
+    res = run_ffmpeg("-hide_banner", "-nostdin", "-v", "error",
+                     "-init_hw_device", f"vulkan=vk:0,limit_queues={value}",
+                     "-f", "lavfi", "-i", "color=s=16x16", "-frames:v", "1", "-f", "null", "-",
+                     check=False, timeout=60)
+    assert res.returncode != 0
+    assert f"Invalid limit_queues value: {value}" in res.stderr, res.stderr[-2000:]
+
+
+def test_limit_queues_one_queue(hw_clips, run_ffmpeg):
+    """limit_queues=1: every family gets one queue, and decoding with frame threads
+    (which then share that queue) gives the same frames as the software decoder."""
+    clip, fmt = hw_clips["tff"]
+    res = run_ffmpeg("-hide_banner", "-nostdin", "-v", "verbose", "-threads", "4",
+                     "-init_hw_device", "vulkan=vk:0,limit_queues=1", "-hwaccel", "vulkan",
+                     "-hwaccel_output_format", "vulkan", "-i", clip,
+                     "-vf", f"hwdownload,format={fmt}", "-f", "framemd5", "-", timeout=60)
+    assert_hwaccel_ran(res.stderr)
+    used = re.findall(r"Using queue family \d+ \(queues: (\d+)\)", res.stderr)
+    assert used and all(n == "1" for n in used), used
+    assert_same_frames(software(run_ffmpeg, clip, fmt), _framemd5(res), VARIANTS["tff"].frames, "tff")
+
+
 def test_frame_count_of_longer_clip(ffmpeg_bin, run_ffmpeg, tmp_path):
     """Every packet gives one frame on both paths, over more than the exec pool's depth."""
     clip = Recipe("nine", profile="lt", width=48, height=32, frames=9).encode(ffmpeg_bin, tmp_path)
