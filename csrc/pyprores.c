@@ -797,6 +797,29 @@ static int check_planes(ppr_session *s, const ppr_frame_info *info, const ppr_pl
     return 0;
 }
 
+static void keep_caller_memory(void *opaque, uint8_t *data)
+{
+}
+
+/* Can the download write straight into the caller's planes? hwcontext_vulkan
+ * copies whole rows of linesize bytes out of its staging buffer, so only rows
+ * without padding qualify, and the frame must have exactly the caller's size,
+ * format and planes. Otherwise the frame goes through s->swframe. */
+static int direct_download_ok(const ppr_session *s, const ppr_planes *out,
+                              enum AVPixelFormat fmt, const ppr_frame_info *info)
+{
+    const AVHWFramesContext *fc = (const AVHWFramesContext *)s->frame->hw_frames_ctx->data;
+    int i;
+
+    if (fc->sw_format != fmt || s->frame->width != info->width ||
+        s->frame->height != info->height || out->count != av_pix_fmt_count_planes(fmt))
+        return 0;
+    for (i = 0; i < out->count; i++)
+        if (!out->plane[i].data || out->plane[i].stride != (ptrdiff_t)out->plane[i].width * 2)
+            return 0;
+    return 1;
+}
+
 /* Decode `size` bytes at `data` (already copied where needed) as one frame
  * described by `info` (only its frame-header fields are used) into out. */
 static int decode_packet(ppr_session *s, const uint8_t *data, size_t size, uint32_t tag,
@@ -804,7 +827,7 @@ static int decode_packet(ppr_session *s, const uint8_t *data, size_t size, uint3
 {
     enum AVPixelFormat fmt = av_get_pix_fmt(info->pix_fmt);
     AVFrame *src;
-    int ret, drained = 0, i;
+    int ret, drained = 0, direct = 0, i;
     char msg[PPR_MSG_SIZE];
 
     if ((ret = check_planes(s, info, out)) < 0)
@@ -867,10 +890,30 @@ static int decode_packet(ppr_session *s, const uint8_t *data, size_t size, uint3
                          av_get_pix_fmt_name(s->frame->format) ?
                          av_get_pix_fmt_name(s->frame->format) : "?");
         }
+        if (direct_download_ok(s, out, fmt, info)) {
+            /* saves a copy of the whole frame and its allocation */
+            AVFrame *dst = s->swframe;
+            dst->buf[0] = av_buffer_create((uint8_t *)out->plane[0].data,
+                                           (size_t)out->plane[0].stride * out->plane[0].height,
+                                           keep_caller_memory, NULL, 0);
+            if (!dst->buf[0]) {
+                av_frame_unref(s->frame);
+                return sfail(s, PPR_ENOMEM, "out of memory");
+            }
+            dst->format = fmt;
+            dst->width  = info->width;
+            dst->height = info->height;
+            for (i = 0; i < out->count; i++) {
+                dst->data[i]     = (uint8_t *)out->plane[i].data;
+                dst->linesize[i] = (int)out->plane[i].stride;
+            }
+            direct = 1;
+        }
         ret = av_hwframe_transfer_data(s->swframe, s->frame, 0);
         if (ret < 0) {
             last_av_error(s, msg, sizeof(msg));
             av_frame_unref(s->frame);
+            av_frame_unref(s->swframe);
             return sfail(s, ret == AVERROR(ENOMEM) ? PPR_ENOMEM : PPR_EDECODE,
                          "could not download the Vulkan frame: %s%s%s", av_err2str(ret),
                          msg[0] ? " - " : "", msg);
@@ -890,7 +933,7 @@ static int decode_packet(ppr_session *s, const uint8_t *data, size_t size, uint3
         return ret;
     }
 
-    for (i = 0; i < out->count; i++) {
+    for (i = 0; i < out->count && !direct; i++) {
         const ppr_plane *p = &out->plane[i];
         const uint8_t *sp = src->data[i];
         uint8_t *dp = (uint8_t *)p->data;

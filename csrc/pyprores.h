@@ -179,7 +179,10 @@ void ppr_frame_info_free(ppr_frame_info *info);
 /* Fill out->count and each plane's width/height for frames described by
  * `info` (visible size; chroma width (w+1)/2 for 4:2:2), and set data = NULL,
  * stride = width * 2, corrupt = 0. The caller then points data/stride at its
- * own buffers. */
+ * own buffers. A Vulkan session downloads the frame straight into them when
+ * every plane is given with stride == width * 2; otherwise it downloads into
+ * a frame of its own and copies the rows (padding between rows is never
+ * written). */
 int ppr_frame_layout(const ppr_frame_info *info, ppr_planes *out);
 
 /* --- sessions -------------------------------------------------------------- */

@@ -24,12 +24,14 @@ def test_bench_quick_runs_and_reports_bitexact(tmp_path):
     for clip in result["clips"]:
         assert clip["check"]["bitexact"], clip
         assert clip["check"]["frames_sw"] == clip["check"]["frames_vk"] > 0
-        for mode in ("sw-all", "sw-1", "vk", "vk-dl", "api", "api-dl"):
+        for mode in ("sw-all", "sw-1", "vk", "vk-dl", "api", "api-dl", "py"):
             assert clip["modes"][mode]["fps"] > 0
         # decbench decodes every pass of the clip once it is warm, and the
         # CPU time it reports is per frame of those passes
-        for mode in ("api", "api-dl"):
+        for mode in ("api", "api-dl", "py"):
             m = clip["modes"][mode]
             assert m["frames"] == result["loops"] * clip["frames_per_pass"], (mode, m)
             assert m["steady_cpu_us_per_frame"] > 0
+        # the Python path ran here (this interpreter has pyprores), it was not skipped
+        assert clip["modes"]["py"]["session_s"] > 0
     assert "bit-exact" in proc.stdout

@@ -325,6 +325,48 @@ def test_decode_accepts_buffers(clips, sessions, backend):
         assert_frames_equal(s.decode(buf, native.codec_tag_int(clip.tag)), want)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ["hq422", "4444a16"])
+def test_decode_into_padded_and_partial_planes(clips, sessions, backend, name):
+    """ppr_decode into caller planes whose rows are padded, or with a plane left
+    out. Such planes cannot take the Vulkan download directly (hwcontext_vulkan
+    copies whole rows of its staging buffer, padding included), so the frame is
+    copied in: the planes equal the usual decode, and neither the padding nor
+    the plane left out is written."""
+    clip = clips[name]
+    s = sessions(backend)
+    packet = clip.packets[1]
+    want = list(s.decode(packet, clip.tag).planes.values())
+    L, ffi = native._lib(), native.ffi
+    data, size = native._buffer(packet)
+    tag = native.codec_tag_int(clip.tag)
+    info = ffi.new("ppr_frame_info *")
+    assert L.ppr_inspect_header(data, size, tag, info) >= 0
+    for skip in (None, 1):
+        planes = ffi.new("ppr_planes *")
+        assert L.ppr_frame_layout(info, planes) >= 0
+        arrays, keep = [], []
+        for i in range(planes.count):
+            p = planes.plane[i]
+            arr = np.full((p.height, p.width + 8), 0xABCD, np.uint16)
+            arrays.append(arr)
+            if i == skip:
+                p.data = ffi.NULL
+                continue
+            keep.append(ffi.from_buffer("uint16_t[]", arr, require_writable=True))
+            p.data = keep[-1]
+            p.stride = arr.strides[0]
+        rc = L.ppr_decode(s._live(), data, size, tag, planes)
+        assert rc >= 0, ffi.string(L.ppr_strerror(rc))
+        for i, plane in enumerate(want):
+            if i == skip:
+                assert (arrays[i] == 0xABCD).all(), f"plane {i} was left out but written"
+                continue
+            w = plane.shape[1]
+            np.testing.assert_array_equal(arrays[i][:, :w], plane, err_msg=f"{name} plane {i} ({backend})")
+            assert (arrays[i][:, w:] == 0xABCD).all(), f"the padding of plane {i} was written"
+
+
 # ---------------------------------------------------------------------------- slices
 
 def _submit_all(s: native.Session, packet: bytes, tag: str, replace=None) -> FrameInfo:

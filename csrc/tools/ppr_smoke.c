@@ -18,10 +18,12 @@
 #define CHECK(cond, ...) do { if (!(cond)) { fprintf(stderr, __VA_ARGS__); \
     fprintf(stderr, " [%s:%d] (%s)\n", __FILE__, __LINE__, ppr_last_error(s)); failures++; } } while (0)
 
-static int alloc_planes(ppr_planes *pl)
+/* Padded rows make the library copy the frame in; unpadded ones let a Vulkan
+ * session download straight into them: both paths run, and are compared. */
+static int alloc_planes(ppr_planes *pl, int padding)
 {
     for (int i = 0; i < pl->count; i++) {
-        pl->plane[i].stride = (ptrdiff_t)pl->plane[i].width * 2 + 32;   /* padded rows */
+        pl->plane[i].stride = (ptrdiff_t)pl->plane[i].width * 2 + padding;
         pl->plane[i].data = malloc((size_t)pl->plane[i].stride * pl->plane[i].height);
         if (!pl->plane[i].data)
             return -1;
@@ -112,7 +114,7 @@ int main(int argc, char **argv)
             continue;
         ppr_frame_layout(&info, &whole);
         ppr_frame_layout(&info, &rebuilt);
-        if (alloc_planes(&whole) < 0 || alloc_planes(&rebuilt) < 0)
+        if (alloc_planes(&whole, 32) < 0 || alloc_planes(&rebuilt, 0) < 0)
             return 1;
 
         ret = ppr_decode(s, pkt, (size_t)psize, tag, &whole);
