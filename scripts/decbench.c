@@ -61,8 +61,15 @@ static int drain(Bench *b)
         if (ret < 0)
             return ret;
         if (b->download) {
+            /* One destination, reused as hwdownload's frame pool would be: a
+             * fresh 50 MB frame per download would time page faults (above
+             * glibc's 32 MiB mmap threshold every allocation is a new mmap). */
+            const AVHWFramesContext *fc = (const AVHWFramesContext *)b->frame->hw_frames_ctx->data;
+            if (b->sw->buf[0] && (b->sw->width != b->frame->width ||
+                                  b->sw->height != b->frame->height ||
+                                  b->sw->format != fc->sw_format))
+                av_frame_unref(b->sw);
             ret = av_hwframe_transfer_data(b->sw, b->frame, 0);
-            av_frame_unref(b->sw);
             if (ret < 0)
                 return ret;
         }
