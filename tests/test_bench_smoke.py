@@ -24,8 +24,10 @@ def test_bench_quick_runs_and_reports_bitexact(tmp_path):
     for clip in result["clips"]:
         assert clip["check"]["bitexact"], clip
         assert clip["check"]["frames_sw"] == clip["check"]["frames_vk"] > 0
-        for mode in ("sw-all", "sw-1", "vk", "vk-dl", "api", "api-dl", "py"):
+        for mode in ("sw-all", "sw-1", "vk", "vk-dl", "demux", "api", "api-dl", "py"):
             assert clip["modes"][mode]["fps"] > 0
+        # the demux-only ceiling reads the same packets as the decoding runs
+        assert clip["modes"]["demux"]["frames"] == clip["modes"]["vk"]["frames"] > 0
         # decbench decodes every pass of the clip once it is warm, and the
         # CPU time it reports is per frame of those passes
         for mode in ("api", "api-dl", "py"):
