@@ -44,6 +44,20 @@ def test_series_applies_to_pristine_tarball(repo_root: Path, ffmpeg_tarball: Pat
     assert (src / "configure").is_file()
 
 
+def test_cover_letter_matches_series():
+    """The cover letter is filled in (no format-patch placeholders) and lists the
+    patches of ffmpeg_patches/series: its subject count and shortlog agree."""
+    letter = (PATCH_DIR / "0000-cover-letter.patch").read_text()
+    assert "*** SUBJECT HERE ***" not in letter and "*** BLURB HERE ***" not in letter
+    n = len(series())
+    assert f"[PATCH 00/{n}]" in letter
+    assert f"pyprores developers ({n}):" in letter
+    for name in series():
+        first = (PATCH_DIR / name).read_text()
+        subject = first.split("Subject: ", 1)[1].split("] ", 1)[1].split("\n")[0]
+        assert subject[:40] in letter, name
+
+
 def test_build_matches_series(ffmpeg_dir: Path):
     """build/ffmpeg was built from the current series (else: run ./scripts/setup)."""
     for rel in ("bin/ffmpeg", "bin/ffprobe", "lib/libavcodec.so", "lib/pkgconfig/libavcodec.pc",
