@@ -1,0 +1,142 @@
+"""scripts/gpu-pack and scripts/gpu-run (docs/GPU.md): argument parsing, the dry run, and the
+ELF runpath rewrite that makes a packed build run from wherever it lands. Fast: no GPU, no
+FFmpeg build needed."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+GPU_RUN = REPO / "scripts" / "gpu-run"
+GPU_PACK = REPO / "scripts" / "gpu-pack"
+
+
+def load_gpu_pack():
+    loader = importlib.machinery.SourceFileLoader("gpu_pack", str(GPU_PACK))
+    spec = importlib.util.spec_from_loader("gpu_pack", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def pack(tmp_path: Path) -> Path:
+    """A packed directory as scripts/gpu-pack leaves it, with stub executables."""
+    root = tmp_path / "gpu"
+    for name in ("ff13", "ff10"):
+        (root / name / "bin").mkdir(parents=True)
+        (root / name / "lib").mkdir()
+        for exe in ("ffmpeg", "ffprobe", "decbench"):
+            p = root / name / "bin" / exe
+            p.write_text("#!/bin/sh\nexit 1\n")
+            p.chmod(0o755)
+        (root / name / "BUILDINFO").write_text("key: abc\npatches:\n  0001-x.patch\nconfigure:\n")
+    (root / "MANIFEST").write_text("ff13\tabc\t18 patches\nff10\tdef\t16 patches\n")
+    return root
+
+
+def gpu_run(*args: str, out: Path | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "OUT"}
+    if out is not None:
+        env["OUT"] = str(out)
+    return subprocess.run(["bash", str(GPU_RUN), *args], capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_dry_run_plans_every_step(pack: Path, tmp_path: Path):
+    res = gpu_run("--pack", str(pack), "--dry-run", "--timeout", "bench=200", "--fuzz-time", "60",
+                  "check", "bench@ff10", "conformance@ff13,ff10", "fuzz-gpu", "ab@ff10,ff13", "memory",
+                  out=tmp_path / "out")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    steps = [l for l in lines if l.startswith("step ")]
+    out = tmp_path / "out"
+    # no @BUILD: the first build of the MANIFEST
+    assert steps == [
+        f"step check ff13: timeout 240 s, log {out}/check-ff13.log",
+        f"step bench ff10: timeout 200 s, log {out}/bench-ff10.log",
+        f"step conformance ff13: timeout 300 s, log {out}/conformance-ff13.log",
+        f"step conformance ff10: timeout 300 s, log {out}/conformance-ff10.log",
+        f"step fuzz-gpu ff13: timeout 210 s, log {out}/fuzz-gpu-ff13.log",
+        f"step ab ff10 ff13: timeout 360 s, log {out}/ab-ff10-ff13.log",
+        f"step memory ff13: timeout 150 s, log {out}/memory-ff13.log",
+    ]
+    text = res.stdout
+    assert f"--ffmpeg {pack}/ff10 --decbench {pack}/ff10/bin/decbench" in text
+    assert "--seed-base 70" in text and "--time 60" in text
+    assert "total of the step limits: 1760 s" in text
+    assert "split the steps over several calls" in text      # more than one call's 600 s
+    assert not (tmp_path / "out").exists()                     # a dry run writes nothing
+
+
+def test_dry_run_passes_bench_options(pack: Path):
+    res = gpu_run("--pack", str(pack), "--dry-run", "--clips", "4k-422hq", "--modes", "vk,api",
+                  "--bench-args", "--repeat 5", "--device", "1", "bench")
+    assert res.returncode == 0, res.stderr
+    assert "--device 1 --clips 4k-422hq --modes vk,api --json $OUT/bench-ff13.json --repeat 5" in res.stdout
+    assert "split the steps" not in res.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "no step given"),
+    (["nosuch"], "unknown step 'nosuch'"),
+    (["bench@ff99"], "unknown build 'ff99'"),
+    (["ab@ff13"], "ab takes two builds"),
+    (["--timeout", "bench", "bench"], "--timeout takes STEP=SECONDS"),
+    (["--timeout", "nosuch=5", "bench"], "unknown step nosuch"),
+    (["--clips", "8k-nothing", "bench"], "unknown clip 8k-nothing"),
+    (["--fuzz-time", "x", "fuzz-gpu"], "take integers"),
+    (["--frobnicate", "bench"], "unknown option --frobnicate"),
+])
+def test_usage_errors_exit_2(pack: Path, args: list[str], message: str):
+    res = gpu_run("--pack", str(pack), "--dry-run", *args)
+    assert res.returncode == 2, res.stdout
+    assert message in res.stderr
+
+
+def test_missing_pack_and_out(pack: Path, tmp_path: Path):
+    res = gpu_run("--pack", str(tmp_path / "none"), "check")
+    assert res.returncode == 2 and "run scripts/gpu-pack" in res.stderr
+    res = gpu_run("--pack", str(pack), "check")               # a real run needs $OUT
+    assert res.returncode == 2 and "$OUT is not set" in res.stderr
+
+
+def test_help_lists_the_steps():
+    res = gpu_run("--help")
+    assert res.returncode == 0
+    for step in ("check@B", "startup@B", "bench@B", "conformance@B", "fuzz-gpu@B", "ab@A,B", "memory@B"):
+        assert step in res.stdout
+
+
+def test_pack_rejects_bad_build_names(tmp_path: Path):
+    gp = load_gpu_pack()
+    assert gp.main(["--out", str(tmp_path / "g"), "--dry-run", "no-equals-sign"]) == 2
+    assert gp.main(["--out", str(tmp_path / "g"), "--dry-run", "debs=/x"]) == 2
+    assert gp.main(["--out", str(tmp_path / "g"), "--dry-run", "a=/x", "a=/y"]) == 2
+
+
+def test_set_runpath_makes_a_binary_relocatable(tmp_path: Path):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc or not shutil.which("readelf"):
+        pytest.skip("needs cc and readelf")
+    gp = load_gpu_pack()
+    src = tmp_path / "hello.c"
+    src.write_text('#include <stdio.h>\nint main(void) { puts("hello"); return 0; }\n')
+    exe = tmp_path / "hello"
+    old = "/a/long/absolute/build/directory/lib"
+    subprocess.run([cc, "-o", str(exe), str(src), f"-Wl,-rpath,{old}"], check=True)
+    assert gp.set_runpath(exe, "$ORIGIN/../lib") == old
+    dyn = subprocess.run(["readelf", "-d", str(exe)], capture_output=True, text=True, check=True).stdout
+    assert "[$ORIGIN/../lib]" in dyn and old not in dyn
+    assert subprocess.run([str(exe)], capture_output=True, text=True).stdout == "hello\n"
+    with pytest.raises(ValueError, match="longer"):
+        gp.set_runpath(exe, "$ORIGIN/" + "x" * 80)
+    plain = tmp_path / "plain"
+    subprocess.run([cc, "-o", str(plain), str(src)], check=True)
+    assert gp.set_runpath(plain, "$ORIGIN") is None            # no runpath: left alone
