@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import validation_errors, validation_requested, vulkan_env
 
-PATCH_DIR = Path(__file__).resolve().parent.parent / "ffmpeg_patches"
+PATCH_DIR = Path(__file__).resolve().parent.parent / "ffmpeg_patches" / "7.1.5"
 
 
 def series() -> list[str]:
@@ -46,7 +46,7 @@ def test_series_applies_to_pristine_tarball(repo_root: Path, ffmpeg_tarball: Pat
 
 def test_cover_letter_matches_series():
     """The cover letter is filled in (no format-patch placeholders) and lists the
-    patches of ffmpeg_patches/series: its subject count and shortlog agree."""
+    patches of ffmpeg_patches/7.1.5/series: its subject count and shortlog agree."""
     letter = (PATCH_DIR / "0000-cover-letter.patch").read_text()
     assert "*** SUBJECT HERE ***" not in letter and "*** BLURB HERE ***" not in letter
     n = len(series())
@@ -58,6 +58,42 @@ def test_cover_letter_matches_series():
         assert subject[:40] in letter, name
 
 
+def all_series_patches() -> list[Path]:
+    """Every patch listed in a series file of ffmpeg_patches/<version>/."""
+    out = []
+    for series_file in sorted(PATCH_DIR.parent.glob("*/series")):
+        for line in series_file.read_text().splitlines():
+            fields = line.split("#", 1)[0].split()
+            if fields:
+                out.append(series_file.parent / fields[0])
+    return out
+
+
+def test_every_patch_signed_off():
+    """Each patch of each series carries a Signed-off-by trailer (FFmpeg requires one)."""
+    patches = all_series_patches()
+    assert patches
+    for patch in patches:
+        message = patch.read_text().split("\n---\n", 1)[0]
+        assert "\nSigned-off-by: pyprores developers <dev@pyprores.invalid>" in message, patch.name
+
+
+def test_check_series_rejects_unsigned_patch(repo_root: Path, tmp_path: Path):
+    """scripts/check-series fails (exit 1, before building anything) on a patch
+    without Signed-off-by."""
+    src = PATCH_DIR / series()[6]
+    text = src.read_text()
+    assert "Signed-off-by:" in text
+    (tmp_path / src.name).write_text(
+        "".join(l for l in text.splitlines(True) if not l.startswith("Signed-off-by:")))
+    (tmp_path / "series").write_text(src.name + "\n")
+    env = dict(os.environ, PYPRORES_CACHE=str(tmp_path / "cache"))
+    res = subprocess.run([str(repo_root / "scripts" / "check-series"), "--patches", str(tmp_path)],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert res.returncode == 1, res.stderr
+    assert "has no Signed-off-by" in res.stderr and src.name in res.stderr
+
+
 def test_build_matches_series(ffmpeg_dir: Path):
     """build/ffmpeg was built from the current series (else: run ./scripts/setup)."""
     for rel in ("bin/ffmpeg", "bin/ffprobe", "lib/libavcodec.so", "lib/pkgconfig/libavcodec.pc",
@@ -66,7 +102,7 @@ def test_build_matches_series(ffmpeg_dir: Path):
     info = (ffmpeg_dir / "BUILDINFO").read_text().splitlines()
     built = info[info.index("patches:") + 1:info.index("configure:")]
     assert [p.strip() for p in built] == series(), \
-        "build/ffmpeg is stale for ffmpeg_patches/series: run ./scripts/setup"
+        "build/ffmpeg is stale for ffmpeg_patches/7.1.5/series: run ./scripts/setup"
 
 
 def test_vulkan_hwupload_roundtrip(run_ffmpeg):
