@@ -10,11 +10,14 @@ from pathlib import Path
 import pytest
 from conftest import validation_errors, validation_requested, vulkan_env
 
-PATCH_DIR = Path(__file__).resolve().parent.parent / "ffmpeg_patches" / "7.1.5"
+PATCHES_ROOT = Path(__file__).resolve().parent.parent / "ffmpeg_patches"
+PATCH_DIR = PATCHES_ROOT / "7.1.5"
+# Every series: ffmpeg_patches/<version>/ with its tarball's checksum and its build link.
+SERIES_BUILDS = {"7.1.5": "ffmpeg", "9.0.2": "ffmpeg-9.0.2"}
 
 
-def series() -> list[str]:
-    path = PATCH_DIR / "series"
+def series(version: str = "7.1.5") -> list[str]:
+    path = PATCHES_ROOT / version / "series"
     if not path.is_file():
         return []
     names = []
@@ -25,22 +28,42 @@ def series() -> list[str]:
     return names
 
 
-def test_checksum_file_matches_tarball(ffmpeg_tarball: Path):
-    expected, name = (PATCH_DIR / "ffmpeg-7.1.5.tar.xz.sha256").read_text().split()[:2]
-    assert name == "ffmpeg-7.1.5.tar.xz"
-    assert hashlib.sha256(ffmpeg_tarball.read_bytes()).hexdigest() == expected
+def test_series_layout():
+    """ffmpeg_patches/ holds one folder per FFmpeg release, each with its series file
+    and its tarball's checksum; setup and the tests know every one of them."""
+    versions = sorted(d.name for d in PATCHES_ROOT.iterdir() if d.is_dir())
+    assert versions == sorted(SERIES_BUILDS)
+    assert not list(PATCHES_ROOT.glob("*.patch")) and not (PATCHES_ROOT / "series").exists()
+    for v in versions:
+        assert (PATCHES_ROOT / v / "series").is_file(), v
+        sha, name = (PATCHES_ROOT / v / f"ffmpeg-{v}.tar.xz.sha256").read_text().split()[:2]
+        assert name == f"ffmpeg-{v}.tar.xz" and len(sha) == 64, v
+        for p in series(v):
+            assert (PATCHES_ROOT / v / p).is_file(), (v, p)
 
 
-def test_series_applies_to_pristine_tarball(repo_root: Path, ffmpeg_tarball: Path,
+@pytest.mark.parametrize("version", sorted(SERIES_BUILDS))
+def test_checksum_file_matches_tarball(version: str, ffmpeg_tarball: Path):
+    expected, name = (PATCHES_ROOT / version / f"ffmpeg-{version}.tar.xz.sha256").read_text().split()[:2]
+    tarball = ffmpeg_tarball.parent / name
+    if not tarball.is_file():
+        pytest.skip(f"no {name} beside {ffmpeg_tarball}")
+    assert hashlib.sha256(tarball.read_bytes()).hexdigest() == expected
+
+
+@pytest.mark.parametrize("version", sorted(SERIES_BUILDS))
+def test_series_applies_to_pristine_tarball(version: str, repo_root: Path, ffmpeg_tarball: Path,
                                             tmp_path: Path):
     src = tmp_path / "ffmpeg"
     env = dict(os.environ, PYPRORES_FFMPEG_TARBALL=str(ffmpeg_tarball))
-    res = subprocess.run([str(repo_root / "scripts" / "setup"), "--quiet", "--apply-only", str(src)],
+    res = subprocess.run([str(repo_root / "scripts" / "setup"), "--quiet", "--series", version,
+                          "--apply-only", str(src)],
                          capture_output=True, text=True, env=env, timeout=300)
     assert res.returncode == 0, res.stderr
     log = subprocess.run(["git", "-C", str(src), "log", "--format=%s"],
                          capture_output=True, text=True, check=True).stdout.splitlines()
-    assert len(log) == 1 + len(series())
+    assert len(log) == 1 + len(series(version))
+    assert log[-1] == f"FFmpeg {version} (pristine tarball)"
     assert (src / "configure").is_file()
 
 
@@ -94,15 +117,21 @@ def test_check_series_rejects_unsigned_patch(repo_root: Path, tmp_path: Path):
     assert "has no Signed-off-by" in res.stderr and src.name in res.stderr
 
 
-def test_build_matches_series(ffmpeg_dir: Path):
-    """build/ffmpeg was built from the current series (else: run ./scripts/setup)."""
+@pytest.mark.parametrize("version", sorted(SERIES_BUILDS))
+def test_build_matches_series(version: str, repo_root: Path):
+    """build/ffmpeg (7.1.5) and build/ffmpeg-9.0.2 were built from the current series
+    (else: run ./scripts/setup [--series 9.0.2]; ./scripts/test runs both)."""
+    ffmpeg_dir = repo_root / "build" / SERIES_BUILDS[version]
+    if not ffmpeg_dir.exists() and os.environ.get("PYPRORES_FFMPEG_DIR"):
+        pytest.skip(f"no build/{SERIES_BUILDS[version]}: the suite runs on an external build")
     for rel in ("bin/ffmpeg", "bin/ffprobe", "lib/libavcodec.so", "lib/pkgconfig/libavcodec.pc",
                 "include/libavcodec/avcodec.h", ".pyprores-stamp", "BUILDINFO"):
         assert (ffmpeg_dir / rel).exists(), rel
     info = (ffmpeg_dir / "BUILDINFO").read_text().splitlines()
     built = info[info.index("patches:") + 1:info.index("configure:")]
-    assert [p.strip() for p in built] == series(), \
-        "build/ffmpeg is stale for ffmpeg_patches/7.1.5/series: run ./scripts/setup"
+    assert [p.strip() for p in built] == series(version), \
+        f"{ffmpeg_dir} is stale for ffmpeg_patches/{version}/series: run ./scripts/setup --series {version}"
+    assert f"series: {version}" in info or version == "7.1.5"
 
 
 def test_vulkan_hwupload_roundtrip(run_ffmpeg):
@@ -129,3 +158,10 @@ def test_import_pyprores():
     import pyprores
 
     assert pyprores.__version__
+
+
+def test_setup_rejects_unknown_series(repo_root: Path):
+    res = subprocess.run([str(repo_root / "scripts" / "setup"), "--series", "6.1",
+                          "--apply-only", "/nonexistent"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert "unknown series '6.1'" in res.stderr and "7.1.5" in res.stderr and "9.0.2" in res.stderr
