@@ -98,7 +98,7 @@ static int decode_all(Bench *b, AVPacket **pkts, int nb_pkts, int loops)
 int main(int argc, char **argv)
 {
     const char *path = NULL, *hw = "vulkan", *dev = NULL;
-    int threads = 0, loops = 10, nb_pkts = 0, ret, stream;
+    int threads = 0, loops = 10, nb_pkts = 0, ret, stream, ignore_err = 0;
     AVFormatContext *fmt = NULL;
     AVPacket **pkts = NULL, *pkt;
     AVBufferRef *device = NULL;
@@ -117,12 +117,14 @@ int main(int argc, char **argv)
             dev = argv[++i];
         else if (!strcmp(argv[i], "--download"))
             b.download = 1;
+        else if (!strcmp(argv[i], "--ignore-err"))
+            ignore_err = 1;   /* -err_detect ignore_err: no per-frame error report */
         else
             path = argv[i];
     }
     if (!path || loops < 1) {
         fprintf(stderr, "usage: decbench [--threads N] [--loops N] "
-                "[--hw vulkan|none] [--device DEV] [--download] FILE\n");
+                "[--hw vulkan|none] [--device DEV] [--download] [--ignore-err] FILE\n");
         return 2;
     }
 
@@ -173,6 +175,8 @@ int main(int argc, char **argv)
         return 1;
     avcodec_parameters_to_context(b.dec, fmt->streams[stream]->codecpar);
     b.dec->thread_count = threads;
+    if (ignore_err)
+        b.dec->err_recognition |= AV_EF_IGNORE_ERR;
     if (device) {
         b.dec->hw_device_ctx = av_buffer_ref(device);
         b.dec->get_format = want_vulkan;
@@ -207,10 +211,10 @@ int main(int argc, char **argv)
     t4 = now();
     c4 = cpu_seconds();
 
-    printf("{\"file\": \"%s\", \"hw\": \"%s\", \"download\": %d, \"threads\": %d, "
+    printf("{\"file\": \"%s\", \"hw\": \"%s\", \"download\": %d, \"ignore_err\": %d, \"threads\": %d, "
            "\"packets\": %d, \"frames\": %ld, \"device_s\": %.4f, "
            "\"first_frame_s\": %.4f, \"fps\": %.1f, \"cpu_us_per_frame\": %.1f}\n",
-           path, hw, b.download, b.dec->thread_count, nb_pkts, b.frames,
+           path, hw, b.download, ignore_err, b.dec->thread_count, nb_pkts, b.frames,
            t1 - t0, t2 - t1, b.frames / (t4 - t3), (c4 - c3) * 1e6 / b.frames);
 
     ret = 0;

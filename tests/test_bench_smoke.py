@@ -37,3 +37,21 @@ def test_bench_quick_runs_and_reports_bitexact(tmp_path):
         # the Python path ran here (this interpreter has pyprores), it was not skipped
         assert clip["modes"]["py"]["session_s"] > 0
     assert "bit-exact" in proc.stdout
+
+
+def test_bench_ignore_err_modes(tmp_path):
+    """The A/B of the damaged-slice report: vk-ie and api-ie run with
+    -err_detect ignore_err (decbench --ignore-err) beside vk and api."""
+    ffdir = Path(os.environ.get("PYPRORES_FFMPEG_DIR", REPO / "build" / "ffmpeg"))
+    if not (ffdir / "bin" / "ffmpeg").exists():
+        pytest.skip("no FFmpeg build; run ./scripts/setup")
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench"), "--ffmpeg", str(ffdir),
+                           "--quick", "--clips", "q-422hq", "--modes", "vk,vk-ie,api,api-ie,api-dl-ie",
+                           "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    clip = json.loads(out.read_text())["clips"][0]
+    for mode in ("vk", "vk-ie", "api", "api-ie", "api-dl-ie"):
+        assert clip["modes"][mode]["fps"] > 0, mode
+    assert clip["modes"]["api-ie"]["frames"] == clip["modes"]["api"]["frames"] > 0
+    assert "vk-ie" in proc.stdout
