@@ -66,6 +66,11 @@ struct ppr_session {
     char **validation_msgs;
     char *validation_ignore;        /* ';'-separated substrings from the environment */
 
+    /* slices concealed by the current decode, as (picture, slice) pairs;
+     * Vulkan: appended by the log callback, under g_lock */
+    int *concealed;
+    int nb_concealed, concealed_alloc;
+
     /* get_format bookkeeping */
     int vulkan_offered;
     int format_failed;              /* 0, PPR_ENOHWACCEL */
@@ -252,6 +257,46 @@ static void deliver(ppr_session *s, int level, const char *line, int from_device
         keep_validation(s, line);
 }
 
+/* Series patch 19 logs each slice the Vulkan hwaccel concealed. */
+#define CONCEALED_LINE "concealed slice "
+
+static void add_concealed(ppr_session *s, int picture, int slice)  /* g_lock held */
+{
+    if (s->nb_concealed == s->concealed_alloc) {
+        int n = s->concealed_alloc ? 2 * s->concealed_alloc : 64;
+        int *c = realloc(s->concealed, (size_t)n * 2 * sizeof(*c));
+        if (!c)
+            return;
+        s->concealed = c;
+        s->concealed_alloc = n;
+    }
+    s->concealed[2 * s->nb_concealed] = picture;
+    s->concealed[2 * s->nb_concealed + 1] = slice;
+    s->nb_concealed++;
+}
+
+static void log_concealed(void *avcl, const char *fmt, va_list vl)
+{
+    char line[64];
+    const AVClass *cls = avcl ? *(const AVClass **)avcl : NULL;
+    ppr_session *s;
+    int slice, picture;
+    va_list vl2;
+
+    if (!cls || !cls->class_name || strcmp(cls->class_name, "AVCodecContext"))
+        return;
+    va_copy(vl2, vl);
+    vsnprintf(line, sizeof(line), fmt, vl2);
+    va_end(vl2);
+    if (sscanf(line, CONCEALED_LINE "%d of picture %d", &slice, &picture) != 2)
+        return;
+    s = ((AVCodecContext *)avcl)->opaque;
+    pthread_mutex_lock(&g_lock);
+    if (s && session_live(s))
+        add_concealed(s, picture, slice);
+    pthread_mutex_unlock(&g_lock);
+}
+
 static void log_callback(void *avcl, int level, const char *fmt, va_list vl)
 {
     char line[PPR_MSG_SIZE];
@@ -267,6 +312,8 @@ static void log_callback(void *avcl, int level, const char *fmt, va_list vl)
         av_log_default_callback(avcl, level, fmt, vl2);
         va_end(vl2);
     }
+    if (level == AV_LOG_DEBUG && !strncmp(fmt, CONCEALED_LINE, strlen(CONCEALED_LINE)))
+        log_concealed(avcl, fmt, vl);
     if (level > AV_LOG_WARNING)
         return;
 
@@ -526,6 +573,7 @@ static void session_free(ppr_session *s)
     free(s->frame_pkt);
 
     pthread_mutex_lock(&g_lock);
+    free(s->concealed);
     for (p = 0; p < s->validation_kept; p++)
         free(s->validation_msgs[p]);
     free(s->validation_msgs);
@@ -721,6 +769,62 @@ static enum AVPixelFormat get_format(AVCodecContext *avctx, const enum AVPixelFo
     return AV_PIX_FMT_NONE;
 }
 
+/* Software frames start out as 0xffff, a value no decoded sample takes
+ * (samples are 10 or 12 bits): proresdec.c leaves the samples of a slice
+ * that fails to decode unwritten, so they show which slices failed. */
+static int prefill_get_buffer(AVCodecContext *avctx, AVFrame *frame, int flags)
+{
+    int i, ret = avcodec_default_get_buffer2(avctx, frame, flags);
+
+    for (i = 0; ret >= 0 && i < AV_NUM_DATA_POINTERS && frame->buf[i]; i++)
+        memset(frame->buf[i]->data, 0xff, frame->buf[i]->size);
+    return ret;
+}
+
+/* Is the sample at (x, y) of plane i of a prefilled software frame still
+ * unwritten? Rows below the visible height are read where the buffer has
+ * them (slices of the last macroblock row of an odd field). */
+static int unwritten(const AVFrame *f, int i, int x, int y)
+{
+    const uint8_t *p;
+    size_t off;
+
+    if (!f->data[i] || !f->buf[i] || f->linesize[i] <= 0)
+        return 0;
+    p = f->data[i] + (ptrdiff_t)y * f->linesize[i] + 2 * (ptrdiff_t)x;
+    off = (size_t)(p - f->buf[i]->data);
+    if (p < f->buf[i]->data || off + 2 > f->buf[i]->size)
+        return 0;
+    return p[0] == 0xff && p[1] == 0xff;
+}
+
+/* The slices of a damaged software frame that proresdec.c did not write. */
+static void find_software_concealed(ppr_session *s, const uint8_t *data, size_t size,
+                                    uint32_t tag, const AVFrame *f)
+{
+    ppr_frame_info fi;
+    int p, i, cshift;
+
+    if (ppr_inspect(data, size, tag, &fi) < 0)
+        return;
+    cshift = fi.chroma_format == 444 ? 0 : 1;
+    pthread_mutex_lock(&g_lock);
+    for (p = 0; p < fi.picture_count; p++) {
+        const ppr_picture_info *pic = &fi.pictures[p];
+        for (i = 0; i < pic->slice_count; i++) {
+            const ppr_slice_info *sl = &pic->slices[i];
+            int x = sl->mb_x * 16, y = sl->mb_y * 16;
+            if (pic->field != PPR_FIELD_FRAME)
+                y = 2 * y + (pic->field == PPR_FIELD_BOTTOM);
+            if (unwritten(f, 0, x, y) || unwritten(f, 1, x >> cshift, y) ||
+                unwritten(f, 2, x >> cshift, y))
+                add_concealed(s, p, sl->index);
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+    ppr_frame_info_free(&fi);
+}
+
 static int open_decoder(ppr_session *s, uint32_t tag, const ppr_frame_info *info,
                         enum AVPixelFormat fmt)
 {
@@ -752,6 +856,7 @@ static int open_decoder(ppr_session *s, uint32_t tag, const ppr_frame_info *info
     } else {
         avctx->thread_count = s->threads;
         avctx->thread_type = FF_THREAD_SLICE;
+        avctx->get_buffer2 = prefill_get_buffer;
     }
     ret = avcodec_open2(avctx, codec, NULL);
     if (ret < 0) {
@@ -833,6 +938,11 @@ static int decode_packet(ppr_session *s, const uint8_t *data, size_t size, uint3
     if ((ret = check_planes(s, info, out)) < 0)
         return ret;
     out->corrupt = 0;
+    out->error_flags = 0;
+    out->concealed = 0;
+    pthread_mutex_lock(&g_lock);
+    s->nb_concealed = 0;
+    pthread_mutex_unlock(&g_lock);
     if (size > INT_MAX - AV_INPUT_BUFFER_PADDING_SIZE)
         return sfail(s, PPR_EINVAL, "packet too large");
 
@@ -923,6 +1033,12 @@ static int decode_packet(ppr_session *s, const uint8_t *data, size_t size, uint3
 
     out->corrupt = s->frame->decode_error_flags != 0 ||
                    (s->frame->flags & AV_FRAME_FLAG_CORRUPT) != 0;
+    out->error_flags = s->frame->decode_error_flags;
+    if (s->backend == BACKEND_SOFTWARE && out->corrupt)
+        find_software_concealed(s, data, size, tag, s->frame);
+    pthread_mutex_lock(&g_lock);
+    out->concealed = s->nb_concealed;
+    pthread_mutex_unlock(&g_lock);
 
     if (src->format != fmt || src->width < info->width || src->height < info->height) {
         ret = sfail(s, PPR_EDECODE, "the decoder output is %s %dx%d, expected %s %dx%d",
@@ -1044,6 +1160,24 @@ int ppr_frame_begin(ppr_session *s, const uint8_t *pkt, size_t size, uint32_t ta
     }
     s->in_frame = 1;
     return leave(0);
+}
+
+int ppr_concealed_slices(ppr_session *s, int *pictures, int *slices, int max)
+{
+    int i, n;
+
+    if (!s)
+        return 0;
+    pthread_mutex_lock(&g_lock);
+    n = s->nb_concealed;
+    for (i = 0; i < n && i < max; i++) {
+        if (pictures)
+            pictures[i] = s->concealed[2 * i];
+        if (slices)
+            slices[i] = s->concealed[2 * i + 1];
+    }
+    pthread_mutex_unlock(&g_lock);
+    return n;
 }
 
 const ppr_frame_info *ppr_frame_current(ppr_session *s)

@@ -126,6 +126,10 @@ typedef struct ppr_planes {
     int corrupt;                /* set by decode: FFmpeg flagged the frame as
                                    damaged (decode_error_flags/AV_FRAME_FLAG_CORRUPT),
                                    e.g. a slice failed to decode                 */
+    int error_flags;            /* set by decode: the frame's decode_error_flags
+                                   (FF_DECODE_ERROR_*, 1 = invalid bitstream)     */
+    int concealed;              /* set by decode: slices found concealed, listed
+                                   by ppr_concealed_slices()                     */
 } ppr_planes;
 
 /* --- library --------------------------------------------------------------- */
@@ -286,6 +290,17 @@ int ppr_frame_begin(ppr_session *session, const uint8_t *pkt, size_t size,
 int ppr_frame_submit_slice(ppr_session *session, int picture, int slice_index,
                            const uint8_t *data, size_t size);
 int ppr_frame_end(ppr_session *session, ppr_planes *out);
+
+/* The slices that the last ppr_decode()/ppr_frame_end() of `session`
+ * concealed (slices that failed to decode, or that lay outside their
+ * picture): writes up to `max` of them, picture (0, or 1 for the second
+ * field) and slice index, in decoding order, and returns how many there
+ * were (out->concealed of that call). Software: slices whose first sample
+ * of Y, Cb or Cr was not written (the frame is prefilled with 0xffff, which
+ * no decoded sample takes, so a concealed slice keeps that value in the
+ * caller's planes). Vulkan: the hwaccel's "concealed slice N of picture P"
+ * log lines (series patch 19; without it, none). */
+int ppr_concealed_slices(ppr_session *session, int *pictures, int *slices, int max);
 
 /* The frame info of the frame begun with ppr_frame_begin (NULL when none).
  * Owned by the session; valid until ppr_frame_end/ppr_close. */

@@ -62,3 +62,9 @@ class Frame:
     bit_depth: int
     corrupt: bool = False
     extra: dict = field(default_factory=dict)
+    #: the frame's decode_error_flags (FF_DECODE_ERROR_*; 1 = invalid bitstream)
+    error_flags: int = 0
+    #: the slices the decoder concealed, as (picture, slice index) pairs
+    #: (picture 1 is the second field); None where the decoder cannot say
+    #: (PyAV's reference frames)
+    concealed: tuple[tuple[int, int], ...] | None = None

@@ -240,10 +240,25 @@ class Session:
             arrays[PLANE_NAMES[i]] = arr
         return planes, arrays, keep
 
-    def _frame(self, c_info: Any, planes: Any, arrays: dict[str, np.ndarray]) -> Frame:
-        return Frame(planes=arrays, pix_fmt=ffi.string(c_info.pix_fmt).decode("ascii"),
-                     bit_depth=c_info.bit_depth, corrupt=bool(planes.corrupt),
-                     extra={"backend": self.backend})
+    def _frame(self, planes: Any, arrays: dict[str, np.ndarray], pix_fmt: str,
+               bit_depth: int) -> Frame:
+        return Frame(planes=arrays, pix_fmt=pix_fmt, bit_depth=bit_depth,
+                     corrupt=bool(planes.corrupt), extra={"backend": self.backend},
+                     error_flags=int(planes.error_flags),
+                     concealed=self.concealed_slices(int(planes.concealed)))
+
+    def concealed_slices(self, count: int | None = None) -> tuple[tuple[int, int], ...]:
+        """(picture, slice index) of each slice the last decode concealed: on
+        the software backend the slices it left unwritten, on the Vulkan
+        backend those the hwaccel reported (series patch 19)."""
+        L = _lib()
+        ptr = self._live()
+        n = L.ppr_concealed_slices(ptr, ffi.NULL, ffi.NULL, 0) if count is None else count
+        if n <= 0:
+            return ()
+        pics, slices = ffi.new("int[]", n), ffi.new("int[]", n)
+        n = min(n, L.ppr_concealed_slices(ptr, pics, slices, n))
+        return tuple((pics[i], slices[i]) for i in range(n))
 
     def decode(self, packet: Buffer, codec_tag: CodecTag = "apch") -> Frame:
         """Decode one packet into a :class:`Frame` (planes Y, Cb, Cr[, A]).
@@ -268,7 +283,8 @@ class Session:
         del keep
         if rc < 0:
             _raise(rc, ptr)
-        return self._frame(c_info, planes, arrays)
+        return self._frame(planes, arrays, ffi.string(c_info.pix_fmt).decode("ascii"),
+                           c_info.bit_depth)
 
     # -- slice submission ---------------------------------------------------
     def begin_frame(self, packet: Buffer, codec_tag: CodecTag = "apch") -> FrameInfo:
@@ -312,8 +328,7 @@ class Session:
         del keep
         if rc < 0:
             _raise(rc, ptr)
-        return Frame(planes=arrays, pix_fmt=pix_fmt, bit_depth=bit_depth,
-                     corrupt=bool(planes.corrupt), extra={"backend": self.backend})
+        return self._frame(planes, arrays, pix_fmt, bit_depth)
 
     # -- lifetime -----------------------------------------------------------
     def close(self) -> None:
