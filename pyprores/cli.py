@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("file", metavar="FILE")
     ins.add_argument("--frame", type=_non_negative, default=0, metavar="N", help="0-based frame (default 0)")
     ins.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ins.add_argument("--decode", action="store_true",
+                     help="also decode the frame with both decoders and say which slices each concealed")
+    ins.add_argument("--device", metavar="D", help="Vulkan device (index or name) for --decode")
     ins.set_defaults(func=cmd_inspect)
 
     acc = sub.add_parser("idct-accuracy", help="IEEE 1180 IDCT accuracy of the software and Vulkan decoders",
@@ -132,7 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "manifests, raw .bin packets; default: a built-in seed set) and decode "
                                     "every mutant with the software decoder and the Vulkan hwaccel in child "
                                     "processes. Exit 1 on any crash, hang, validation message, sanitizer "
-                                    "report or slice-isolation failure. See docs/ROBUSTNESS.md.")
+                                    "report, slice-isolation failure or damage disagreement (the two decoders "
+                                    "flagging different frames as damaged). See docs/ROBUSTNESS.md.")
     fz.add_argument("inputs", nargs="*", metavar="INPUT")
     fz.add_argument("--seed", type=_non_negative, default=1, help="run seed (default 1)")
     fz.add_argument("--count", type=_non_negative, default=None, metavar="N",
@@ -265,22 +269,41 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             raise PyproresError(f"{args.file} has {count} frame(s); --frame counts from 0")
         info = native.inspect(packet, src.info.codec_tag)
         tag = src.info.codec_tag
+    decoded = decode_both(native, packet, tag, args.device) if args.decode else None
     if args.json:
         doc = {"file": args.file, "frame": args.frame, "packet_size": len(packet), "codec_tag": tag,
                "frame_info": dataclasses.asdict(info)}
         doc["frame_info"]["alpha"] = info.alpha
+        if decoded is not None:
+            doc["decoders"] = decoded
         print(json.dumps(doc, indent=2))
     else:
-        print(inspect_text(args.file, args.frame, len(packet), tag, info))
+        print(inspect_text(args.file, args.frame, len(packet), tag, info, decoded))
     return EXIT_OK
+
+
+def decode_both(native, packet: bytes, tag: str, device: str | None) -> dict:
+    """What each decoder makes of the packet: status (ok, corrupt or error),
+    decode_error_flags and the slices it concealed, [picture, slice]."""
+    out = {}
+    for backend in ("software", "vulkan"):
+        try:
+            with native.Session(backend, device if backend == "vulkan" else None) as s:
+                f = s.decode(packet, tag)
+            out[backend] = {"status": "corrupt" if f.corrupt else "ok", "error_flags": f.error_flags,
+                            "concealed": [list(c) for c in f.concealed or ()]}
+        except PyproresError as e:
+            out[backend] = {"status": "error", "error": str(e), "concealed": None}
+    return out
 
 
 INTERLACE = {0: "progressive", 1: "interlaced, top field first", 2: "interlaced, bottom field first"}
 ALPHA = {0: "none", 1: "8-bit", 2: "16-bit"}
 
 
-def inspect_text(path: str, frame: int, size: int, tag: str, info) -> str:
-    """Frame header facts, then one slice table per picture."""
+def inspect_text(path: str, frame: int, size: int, tag: str, info, decoded: dict | None = None) -> str:
+    """Frame header facts, then one slice table per picture (with --decode,
+    a column naming the decoders that concealed each slice)."""
     lines = [f"{path}, frame {frame}: {size} bytes, codec tag {tag}",
              f"  {info.width}x{info.height}, {info.chroma_format[0]}:{info.chroma_format[1]}:"
              f"{info.chroma_format[2]}, {info.bit_depth}-bit ({info.pix_fmt}), alpha: "
@@ -293,8 +316,17 @@ def inspect_text(path: str, frame: int, size: int, tag: str, info) -> str:
         header = ("slice", "mb_x", "mb_y", "MBs", "x", "row", "offset", "size", "qscale")
         rows = [header] + [(s.index, s.mb_x, s.mb_y, s.mb_count, s.mb_x * MB_SIZE, s.mb_y * MB_SIZE,
                             s.offset, s.size, s.qscale) for s in pic.slices]
-        widths = [max(len(str(r[i])) for r in rows) for i in range(len(header))]
+        if decoded is not None:
+            by = {b: {tuple(c) for c in d.get("concealed") or ()} for b, d in decoded.items()}
+            rows = [rows[0] + ("concealed by",)] + [
+                r + (",".join(b for b in ("software", "vulkan") if (p, r[0]) in by[b]) or "-",)
+                for r in rows[1:]]
+        widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
         lines += ["    " + "  ".join(str(c).rjust(w) for c, w in zip(r, widths)) for r in rows]
+    for b, d in (decoded or {}).items():
+        what = d["status"] if d["status"] != "error" else f"error ({d.get('error', '')})"
+        n = len(d["concealed"] or ())
+        lines.append(f"  {b}: {what}" + (f", {n} slice(s) concealed" if n else ""))
     return "\n".join(lines)
 
 

@@ -20,6 +20,12 @@ single-slice mutant is decoded through the slice-submission API and must
 leave every other slice of the frame exactly as the unmodified packet
 decodes (*slice isolation*).
 
+Both decoders must also agree on which frames are damaged (*damage
+agreement*): a mutant that one backend decodes cleanly (``ok``) must not be
+flagged corrupt or refused by the other. Where both flag a frame corrupt,
+the slices each concealed are compared too (reported, not a failure: see
+docs/ROBUSTNESS.md).
+
 Counted per backend: mutants, clean decodes, frames flagged corrupt, clean
 errors, crashes, hangs, validation-layer messages (other than the known
 noise of Debian 12's layer), sanitizer reports (in the workers' stderr when
@@ -548,6 +554,7 @@ class Reply:
     signal: int | None = None
     rss_kib: int = 0
     extra: dict = field(default_factory=dict)     # op-specific results (memory, samples)
+    concealed: list | None = None                 # [picture, slice] of each concealed slice
 
 
 def worker_env(validation: bool) -> dict[str, str]:
@@ -701,7 +708,7 @@ class Worker:
         reply = Reply(out["status"], message=out.get("message", ""), error=out.get("error", ""),
                       seconds=out.get("seconds", 0.0), planes=out.get("planes"),
                       validation=out.get("validation", []), sanitizer=self._sanitizer(),
-                      rss_kib=out.get("rss_kib", 0),
+                      rss_kib=out.get("rss_kib", 0), concealed=out.get("concealed"),
                       extra={k: v for k, v in out.items() if k in ("memory", "samples", "errors", "statuses")})
         self.rss.append((self.incarnation, reply.rss_kib))
         if out.get("recycle"):
@@ -801,11 +808,15 @@ class FuzzReport:
     by_mutator: dict[str, dict[str, int]]
     outcome_pairs: dict[str, int]
     findings: list[Finding]
+    #: damage agreement (both backends run): checked, agree, disagree, and for
+    #: mutants both flag corrupt, slice_sets_checked / slice_sets_equal
+    damage: dict[str, int] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
         return all(s.crash == s.hang == s.worker_error == s.validation_messages
-                   == s.sanitizer_reports == s.isolation_failed == 0 for s in self.backends.values())
+                   == s.sanitizer_reports == s.isolation_failed == 0
+                   for s in self.backends.values()) and not self.damage.get("disagree", 0)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -832,6 +843,7 @@ class Fuzzer:
         self.findings: list[Finding] = []
         self.base: dict[tuple[str, int], dict | None] = {}
         self.pairs: Counter = Counter()      # "software status/vulkan status" per mutant
+        self.damage: Counter = Counter()     # damage agreement, see FuzzReport.damage
 
     # -- one decode -------------------------------------------------------------
     def _decode(self, backend: str, m: Mutant, planes: bool, op: str = "decode") -> Reply:
@@ -901,10 +913,32 @@ class Fuzzer:
             st.isolation_failed += 1
             self._finding("isolation", backend, index, m, "; ".join(bad[:4]))
 
+    def _damage(self, index: int, m: Mutant, sw: Reply, vk: Reply) -> None:
+        """Do both decoders call the frame damaged (corrupt or refused), or
+        both clean? Crashes and hangs are findings of their own."""
+        if sw.status not in CLEAN or vk.status not in CLEAN:
+            return
+        self.damage["checked"] += 1
+        if (sw.status == "ok") != (vk.status == "ok"):
+            self.damage["disagree"] += 1
+            self._finding("damage", "vulkan", index, m,
+                          f"software {sw.status}, vulkan {vk.status}: {(sw.message or vk.message)[:300]}")
+            return
+        self.damage["agree"] += 1
+        if sw.status == vk.status == "corrupt" and sw.concealed is not None and vk.concealed is not None:
+            self.damage["slice_sets_checked"] += 1
+            a, b = sorted(map(tuple, sw.concealed)), sorted(map(tuple, vk.concealed))
+            if a == b:
+                self.damage["slice_sets_equal"] += 1
+            elif self.damage["slice_sets_checked"] - self.damage["slice_sets_equal"] <= 20:
+                self._finding("slices", "vulkan", index, m,
+                              f"concealed slices (picture, slice): software {a[:8]}, vulkan {b[:8]}")
+
     # -- the loop --------------------------------------------------------------------
     def run_one(self, index: int) -> Mutant:
         m = make_mutant(self.seeds, self.cfg.seed, index, self.cfg.mutators)
         statuses = []
+        replies = {}
         for backend in self.cfg.backends:
             iso = m.slice is not None
             if iso:
@@ -913,9 +947,12 @@ class Fuzzer:
             r = self._decode(backend, m, planes=iso, op=op)
             self._count(backend, index, m, r)
             statuses.append(r.status)
+            replies[backend] = r
             if iso:
                 self._isolation(backend, index, m, r)
         self.pairs["/".join(statuses)] += 1
+        if "software" in replies and "vulkan" in replies:
+            self._damage(index, m, replies["software"], replies["vulkan"])
         return m
 
     def run(self) -> int:
@@ -1086,7 +1123,7 @@ def run(config: FuzzConfig, progress: Callable[[int, int | None], None] | None =
         sanitizer_build=sanitizer_preload(ffmpeg_dir()) is not None or "libasan" in os.environ.get("LD_PRELOAD", ""),
         libavcodec={b: w.libavcodec for b, w in fz.workers.items()}, mutants=n, seconds=round(seconds, 1),
         by_mutator={k: dict(v) for k, v in sorted(fz.by_mutator.items())},
-        outcome_pairs=dict(fz.pairs.most_common()), findings=fz.findings)
+        outcome_pairs=dict(fz.pairs.most_common()), findings=fz.findings, damage=dict(fz.damage))
 
 
 def _device_name(backend: str, device: str | None) -> str:
@@ -1162,6 +1199,19 @@ def format_table(report: FuzzReport) -> str:
     return "\n".join(lines)
 
 
+def format_damage(report: FuzzReport) -> str:
+    """One line on damage agreement ("" when only one backend ran)."""
+    d = report.damage
+    if not d.get("checked"):
+        return ""
+    line = (f"Damage agreement: {d.get('agree', 0)} of {d['checked']} mutants flagged alike "
+            f"(both clean, or both corrupt or refused), {d.get('disagree', 0)} not")
+    if d.get("slice_sets_checked"):
+        line += (f"; of {d['slice_sets_checked']} frames both flagged corrupt, "
+                 f"{d.get('slice_sets_equal', 0)} with the same concealed slices")
+    return line + "."
+
+
 def format_text(report: FuzzReport) -> str:
     lines = [f"pyprores fuzz: {report.mutants} mutants in {report.seconds:.0f} s, seed {report.seed}, "
              f"{len(report.seeds)} seed packets (digest {report.seeds_digest})",
@@ -1171,15 +1221,16 @@ def format_text(report: FuzzReport) -> str:
              "libavcodec: " + ", ".join(sorted(set(report.libavcodec.values()))),
              "", format_table(report), "",
              "outcomes per mutant (" + "/".join(report.backends) + "): "
-             + ", ".join(f"{k} {v}" for k, v in report.outcome_pairs.items()), ""]
+             + ", ".join(f"{k} {v}" for k, v in report.outcome_pairs.items()),
+             format_damage(report), ""]
     for f in report.findings[:20]:
         lines.append(f"{f.kind} on {f.backend}: mutant {f.index} ({f.mutator}: {f.detail[:100]}) of "
                      f"{f.seed_name}: {f.message.splitlines()[0][:200] if f.message else ''}"
                      + (f" -> saved {f.saved}" if f.saved else ""))
     if len(report.findings) > 20:
         lines.append(f"... {len(report.findings) - 20} more findings in the JSON report")
-    lines.append("PASS: no crash, hang, validation message, sanitizer report or isolation failure"
-                 if report.passed else "FAIL")
+    lines.append("PASS: no crash, hang, validation message, sanitizer report, isolation failure "
+                 "or damage disagreement" if report.passed else "FAIL")
     return "\n".join(lines)
 
 
@@ -1196,6 +1247,7 @@ def format_markdown(report: FuzzReport) -> str:
         "", format_table(report), "",
         "Outcomes per mutant (" + " / ".join(report.backends) + "): "
         + ", ".join(f"{k} {v}" for k, v in report.outcome_pairs.items()) + ".", "",
+        format_damage(report), "",
         f"Result: {'pass' if report.passed else 'FAIL'} ({len(report.findings)} findings).", ""])
 
 

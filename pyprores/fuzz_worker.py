@@ -128,7 +128,8 @@ class Decoder:
         except Exception as e:   # every failure is an outcome to record, not a worker error
             return {"status": "error", "error": type(e).__name__, "message": str(e)[:300],
                     "seconds": time.monotonic() - t0}
-        out = {"status": "corrupt" if frame.corrupt else "ok", "seconds": time.monotonic() - t0}
+        out = {"status": "corrupt" if frame.corrupt else "ok", "seconds": time.monotonic() - t0,
+               "concealed": [list(c) for c in frame.concealed or ()]}
         if req.get("planes"):
             out["planes"] = frame.planes
         return out
