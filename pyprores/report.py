@@ -7,6 +7,7 @@ The JSON layout is a contract for scripts and CI: it is described by
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -72,6 +73,8 @@ def file_json(r: FileResult, max_dev: int) -> dict:
         "planes": {n: plane_json(s) for n, s in r.planes.items()},
         "validation_messages": list(r.validation_messages),
         "notes": list(r.notes),
+        "concealment_agrees": r.concealment_agrees,
+        "concealed": [dataclasses.asdict(c) for c in r.concealed],
     }
 
 
