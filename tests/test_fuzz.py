@@ -180,6 +180,18 @@ def test_ci_run_slice_isolation(ci_run):
     assert not _findings(ci_run, ("seed-failed",))
 
 
+@pytest.mark.skipif(not HAS_VK, reason="this FFmpeg build has no prores_vulkan hwaccel")
+def test_ci_run_damage_agreement(ci_run):
+    """Issue 19: a mutant is damaged (flagged corrupt, or refused) on both
+    decoders or on neither; where both flag it corrupt, both name the same
+    concealed slices."""
+    d = ci_run.damage
+    assert d["checked"] >= CI_COUNT * 9 // 10, d
+    assert d.get("disagree", 0) == 0, _findings(ci_run, ("damage",))[:5]
+    assert d["slice_sets_checked"] >= CI_COUNT // 10, d
+    assert d["slice_sets_equal"] == d["slice_sets_checked"], _findings(ci_run, ("slices",))[:5]
+
+
 def test_ci_run_summary(ci_run, tmp_path):
     report = fuzz.FuzzReport(
         command="test", date="2026-11-22", machine="ci", seed=CI_SEED, seeds=[s.name for s in ci_run.seeds],
@@ -187,7 +199,7 @@ def test_ci_run_summary(ci_run, tmp_path):
         devices={b: "?" for b in ci_run.stats}, validation={b: False for b in ci_run.stats},
         sanitizer_build=False, libavcodec={}, mutants=CI_COUNT, seconds=1.0,
         by_mutator={k: dict(v) for k, v in ci_run.by_mutator.items()},
-        outcome_pairs=dict(ci_run.pairs), findings=ci_run.findings)
+        outcome_pairs=dict(ci_run.pairs), findings=ci_run.findings, damage=dict(ci_run.damage))
     j, md = fuzz.write_reports(report, tmp_path / "run")
     doc = json.loads(j.read_text())
     assert doc["backends"]["software"]["mutants"] == CI_COUNT

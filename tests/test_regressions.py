@@ -5,7 +5,9 @@ Vulkan validation layer complain; ``index.json`` says its codec tag, which
 backends it concerns, the packets to decode before it in the same session
 (``before``, for state-dependent bugs), how often to repeat the sequence, and
 the outcomes allowed (``ok``, ``corrupt``: decoded and flagged damaged,
-``error``: a clean error code). Decoding runs in the fuzzer's child workers,
+``error``: a clean error code) and, under ``concealed``, the slices each
+backend must report concealed ([picture, slice] pairs: issue 19, both
+decoders flag damaged frames alike). Decoding runs in the fuzzer's child workers,
 so a crash or hang fails the test instead of the suite.
 
 Entries of ``kind: stream`` are container files decoded as one stream by the
@@ -81,6 +83,9 @@ def test_index_is_well_formed():
         for backend in e.get("backends", fuzz.BACKENDS):
             assert backend in fuzz.BACKENDS
             assert set(e["expect"][backend]) <= set(fuzz.CLEAN), e["file"]
+        for backend, slices in e.get("concealed", {}).items():
+            assert backend in e.get("backends", fuzz.BACKENDS), e["file"]
+            assert all(len(x) == 2 for x in slices), e["file"]
 
 
 @pytest.mark.parametrize("entry,backend", list(_cases()))
@@ -98,6 +103,10 @@ def test_regression_input(workers, entry, backend):
     assert not messages, f"{entry['file']} on {backend}: validation messages: {messages[:3]}"
     reports = [m for r in replies for m in r.sanitizer]
     assert not reports, f"{entry['file']} on {backend}: sanitizer reports: {reports[:3]}"
+    if backend in entry.get("concealed", {}):
+        assert sorted(map(list, last.concealed or [])) == sorted(entry["concealed"][backend]), (
+            f"{entry['file']} on {backend}: concealed slices {last.concealed}, "
+            f"expected {entry['concealed'][backend]}")
 
 
 def _framemd5(ffmpeg: Path, path: Path, vulkan: bool) -> list[str]:
