@@ -37,6 +37,8 @@ typedef struct shared_device {
     char key[PPR_MSG_SIZE];         /* validation flag and device string */
     AVBufferRef *ref;               /* the cache's own reference */
     int users;                      /* sessions holding it */
+    int validation_dropped;         /* created without the layer that was asked for */
+    char note[PPR_MSG_SIZE];        /* why, for ppr_session_note(); "" when nothing to say */
     struct shared_device *next;
 } shared_device;
 
@@ -483,6 +485,67 @@ static void device_release(shared_device *d)
     }
 }
 
+/* FFmpeg 9's hwcontext_vulkan downloads and uploads with VK_EXT_host_image_copy
+ * where the device offers it (lavapipe does). Validation layers older than
+ * that extension do not intercept its calls but still wrap the handles passed
+ * to them, so the driver gets the layer's VkImage handles and crashes
+ * (vkCopyImageToMemoryEXT in lavapipe, under Debian 12's layer 1.3.239). The
+ * layers know the extension from about the 1.3.268 SDK on. */
+#define PPR_HOST_IMAGE_COPY "VK_EXT_host_image_copy"  /* older Vulkan headers lack the macro */
+#define PPR_LAYER_KNOWS_HOST_IMAGE_COPY VK_MAKE_API_VERSION(0, 1, 3, 268)
+
+static int has_device_extension(const AVVulkanDeviceContext *vk, const char *name)
+{
+    int i;
+    for (i = 0; i < vk->nb_enabled_dev_extensions; i++)
+        if (vk->enabled_dev_extensions[i] && !strcmp(vk->enabled_dev_extensions[i], name))
+            return 1;
+    return 0;
+}
+
+/* specVersion of the Khronos validation layer, 0 when it is not installed. */
+static uint32_t validation_layer_version(const AVVulkanDeviceContext *vk)
+{
+    PFN_vkEnumerateInstanceLayerProperties enum_layers = NULL;
+    VkLayerProperties *props;
+    uint32_t n = 0, i, version = 0;
+
+    if (vk->get_proc_addr)
+        enum_layers = (PFN_vkEnumerateInstanceLayerProperties)
+            vk->get_proc_addr(NULL, "vkEnumerateInstanceLayerProperties");
+    if (!enum_layers || enum_layers(&n, NULL) != VK_SUCCESS || !n)
+        return 0;
+    props = calloc(n, sizeof(*props));
+    if (!props)
+        return 0;
+    enum_layers(&n, props);   /* VK_INCOMPLETE when a layer came in between: fine */
+    for (i = 0; i < n; i++)
+        if (!strcmp(props[i].layerName, "VK_LAYER_KHRONOS_validation"))
+            version = props[i].specVersion;
+    free(props);
+    return version;
+}
+
+/* Was the device created with the validation layer (debug=1), on a build
+ * whose downloads use VK_EXT_host_image_copy, under a layer too old for it?
+ * Then it is recreated without the layer: note says so. */
+static int host_copy_needs_no_layer(AVBufferRef *ref, char *note, size_t note_size)
+{
+    const AVVulkanDeviceContext *vk = ((AVHWDeviceContext *)ref->data)->hwctx;
+    uint32_t v;
+
+    if (!vk || !has_device_extension(vk, PPR_HOST_IMAGE_COPY))
+        return 0;
+    v = validation_layer_version(vk);
+    if (v >= PPR_LAYER_KNOWS_HOST_IMAGE_COPY)
+        return 0;
+    snprintf(note, note_size, "created without the validation layer: this FFmpeg (%s) "
+             "transfers frames with %s, which the installed validation layer (%u.%u.%u) "
+             "predates and crashes on", av_version_info(), PPR_HOST_IMAGE_COPY,
+             VK_API_VERSION_MAJOR(v), VK_API_VERSION_MINOR(v), VK_API_VERSION_PATCH(v));
+    return 1;
+}
+
 /* Give s a reference to the shared device for key, creating it when no
  * session holds one. Returns 0 or a negative AVERROR. */
 static int device_acquire(ppr_session *s, const char *key, const char *device,
@@ -512,6 +575,18 @@ static int device_acquire(ppr_session *s, const char *key, const char *device,
     snprintf(d->key, sizeof(d->key), "%s", key);
     /* log lines of the creation reach this session through tls_session */
     ret = av_hwdevice_ctx_create(&d->ref, AV_HWDEVICE_TYPE_VULKAN, device, opts, 0);
+    if (ret >= 0 && av_dict_get(opts, "debug", NULL, 0) &&
+        host_copy_needs_no_layer(d->ref, d->note, sizeof(d->note))) {
+        AVDictionary *plain = NULL;
+        av_buffer_unref(&d->ref);
+        ret = av_dict_copy(&plain, opts, 0);
+        if (ret >= 0)
+            ret = av_dict_set(&plain, "debug", NULL, 0);
+        if (ret >= 0)
+            ret = av_hwdevice_ctx_create(&d->ref, AV_HWDEVICE_TYPE_VULKAN, device, plain, 0);
+        av_dict_free(&plain);
+        d->validation_dropped = 1;
+    }
     if (ret >= 0) {
         s->hw_device = av_buffer_ref(d->ref);
         if (!s->hw_device)
@@ -678,6 +753,8 @@ int ppr_open_ex(ppr_session **out, const char *backend, const char *device, int 
                                    "validation layer: apt-get install vulkan-validationlayers)" : ""));
         }
         s->device_ready = 1;
+        if (s->dev->validation_dropped)
+            s->validation = 0;
         vulkan_device_name(s);
 
         if (!(flags & PPR_OPEN_NO_HWACCEL_CHECK) && !ppr_has_hwaccel("vulkan")) {
@@ -723,6 +800,7 @@ int ppr_validation_messages(ppr_session *s)
 }
 
 int ppr_validation_enabled(ppr_session *s) { return s ? s->validation : 0; }
+const char *ppr_session_note(ppr_session *s) { return s && s->dev ? s->dev->note : ""; }
 const char *ppr_validation_message(ppr_session *s, int i)
 {
     const char *m = NULL;

@@ -252,6 +252,13 @@ int ppr_validation_enabled(ppr_session *session);
 /* Text of validation message i (0-based, the first 1000 are kept), or NULL
  * when i is out of range. Valid until ppr_close. */
 const char *ppr_validation_message(ppr_session *session, int i);
+/* Something the caller should know about how the session's device was set
+ * up, "" when nothing: with FFmpeg 9, a device that uses
+ * VK_EXT_host_image_copy for its transfers is created without the validation
+ * layer asked for when the installed layer predates that extension (it
+ * crashes there); validation is then off for the session. Valid until
+ * ppr_close. */
+const char *ppr_session_note(ppr_session *session);
 
 /* --- decoding -------------------------------------------------------------- */
 

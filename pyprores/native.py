@@ -6,6 +6,10 @@ A :class:`Session` decodes ProRes packets with FFmpeg's software decoder
 planes of the visible size. :func:`inspect` reads a packet's frame and
 picture headers, as FFmpeg 7.1.5's ``proresdec.c`` does, without decoding.
 
+The extension comes from the selected FFmpeg build (:mod:`pyprores.builds`:
+``PYPRORES_BUILD`` / ``pyprores --build NAME``), by default the one compiled
+into the package against ``build/ffmpeg``.
+
 The slice submission calls (:meth:`Session.begin_frame`,
 :meth:`Session.submit_slice`, :meth:`Session.end_frame`) rebuild a packet
 slice by slice, to decode one slice in isolation or a corrupted slice.
@@ -17,19 +21,20 @@ from typing import Any, Union
 
 import numpy as np
 
+from . import builds
 from .errors import DecodeError, DeviceError, NativeLibraryError, NotProResError
 from .model import PLANE_NAMES, Frame, FrameInfo, PictureInfo, SliceInfo
 
 try:
-    from ._native import ffi, lib
+    ffi, lib = builds.load_native()
 except ImportError as _e:  # pragma: no cover - depends on the build
     ffi = lib = None
     _IMPORT_ERROR: ImportError | None = _e
 else:
     _IMPORT_ERROR = None
 
-__all__ = ["Session", "inspect", "has_hwaccel", "ffmpeg_version", "codec_tag_int",
-           "available"]
+__all__ = ["Session", "inspect", "has_hwaccel", "ffmpeg_version", "avcodec_version",
+           "codec_tag_int", "available", "build_info"]
 
 CodecTag = Union[str, bytes, int]
 Buffer = Union[bytes, bytearray, memoryview, np.ndarray]
@@ -138,6 +143,18 @@ def ffmpeg_version() -> str:
     return ffi.string(_lib().ppr_ffmpeg_version()).decode()
 
 
+def avcodec_version() -> int:
+    """LIBAVCODEC_VERSION_INT of the libavcodec loaded (major << 16 | minor << 8 | micro)."""
+    return int(_lib().ppr_avcodec_version())
+
+
+def build_info() -> dict:
+    """Which FFmpeg build this process decodes with: name, directory, version,
+    libavcodec version, patch series (see :func:`pyprores.builds.describe`)."""
+    import sys
+    return builds.describe(sys.modules[__name__])
+
+
 def set_log_level(level: int) -> None:
     """Print FFmpeg's log lines up to ``level`` (AV_LOG_*: 16 error, 32 info,
     48 debug) to stderr; -8 (the default) prints nothing."""
@@ -196,6 +213,14 @@ class Session:
     @property
     def validation_enabled(self) -> bool:
         return bool(_lib().ppr_validation_enabled(self._live()))
+
+    @property
+    def note(self) -> str:
+        """How the device was set up where the caller should know, else "": with
+        FFmpeg 9 on a device whose transfers use VK_EXT_host_image_copy, a
+        validation layer older than that extension crashes, so the device is
+        created without it (validation is then off for this session)."""
+        return ffi.string(_lib().ppr_session_note(self._live())).decode("utf-8", "replace")
 
     @property
     def validation_count(self) -> int:
