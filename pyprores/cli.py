@@ -17,7 +17,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Sequence
 
-from . import __version__, candidate, clips, demux
+from . import __version__, builds, candidate, clips, demux
 from .compare import compare_file, summarize
 from .errors import DeviceError, NativeLibraryError, PyproresError
 from .geometry import MB_SIZE
@@ -41,13 +41,24 @@ def _positive(text: str) -> int:
     return value
 
 
+BUILD_HELP = ("FFmpeg build to run against: build/ffmpeg-NAME with the extension in build/native-NAME "
+              "(e.g. 9.0.2; default: $PYPRORES_BUILD, else build/ffmpeg, the 7.1.5 build)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pyprores", description="Check FFmpeg's Vulkan ProRes decoder against its software decoder.")
     parser.add_argument("--version", action="version", version=f"pyprores {__version__}")
+    parser.add_argument("--build", metavar="NAME", help=BUILD_HELP)
+    # also accepted after the command (pyprores compare --build 9.0.2)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--build", metavar="NAME", default=argparse.SUPPRESS, help=BUILD_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    cmp = sub.add_parser("compare", help="decode files both ways and report deviations per plane",
+    def add(name: str, **kwargs) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], **kwargs)
+
+    cmp = add("compare", help="decode files both ways and report deviations per plane",
                          description="Compare the candidate decode of each FILE with FFmpeg's software "
                                      "decoder. Without FILE, small default clips are generated and compared.")
     cmp.add_argument("files", nargs="*", metavar="FILE")
@@ -68,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="force the progress bar on or off (default: on when stderr is a terminal)")
     cmp.set_defaults(func=cmd_compare)
 
-    ins = sub.add_parser("inspect", help="show the frame header and slice table of one frame")
+    ins = add("inspect", help="show the frame header and slice table of one frame")
     ins.add_argument("file", metavar="FILE")
     ins.add_argument("--frame", type=_non_negative, default=0, metavar="N", help="0-based frame (default 0)")
     ins.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -77,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("--device", metavar="D", help="Vulkan device (index or name) for --decode")
     ins.set_defaults(func=cmd_inspect)
 
-    acc = sub.add_parser("idct-accuracy", help="IEEE 1180 IDCT accuracy of the software and Vulkan decoders",
+    acc = add("idct-accuracy", help="IEEE 1180 IDCT accuracy of the software and Vulkan decoders",
                          description="Encode the IEEE 1180-1990 random blocks (scaled to 10- and 12-bit "
                                      "samples) into ProRes frames, decode them with FFmpeg's software decoder "
                                      "and the Vulkan hwaccel, check that both agree exactly and report the "
@@ -94,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     acc.add_argument("--strict", action="store_true", help="exit 1 also when an IEEE 1180 limit fails")
     acc.set_defaults(func=cmd_idct_accuracy)
 
-    cor = sub.add_parser("corpus", help="generate the conformance corpus and its manifest",
+    cor = add("corpus", help="generate the conformance corpus and its manifest",
                          description="Encode the conformance corpus with the build's ffmpeg (prores_ks and "
                                      "prores_aw) into OUTDIR and write OUTDIR/manifest.json with every clip's "
                                      "parameters and the software decoder's per-frame MD5s. --quick: an "
@@ -114,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="force the progress bar on or off (default: on when stderr is a terminal)")
     cor.set_defaults(func=cmd_corpus, mode="quick")
 
-    con = sub.add_parser("conformance", help="check a corpus: Vulkan vs software and the manifest's MD5s",
+    con = add("conformance", help="check a corpus: Vulkan vs software and the manifest's MD5s",
                          description="Decode every clip of MANIFEST (a manifest.json or its directory) with the "
                                      "candidate and FFmpeg's software decoder, check the frames against each "
                                      "other and against the manifest's MD5s, and write a Markdown table. Exit 1 "
@@ -130,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="force the progress bar on or off (default: on when stderr is a terminal)")
     con.set_defaults(func=cmd_conformance)
 
-    fz = sub.add_parser("fuzz", help="mutation fuzzing of both decoders (crashes, hangs, slice isolation)",
+    fz = add("fuzz", help="mutation fuzzing of both decoders (crashes, hangs, slice isolation)",
                         description="Mutate ProRes packets (INPUT: video files, corpus directories or "
                                     "manifests, raw .bin packets; default: a built-in seed set) and decode "
                                     "every mutant with the software decoder and the Vulkan hwaccel in child "
@@ -175,7 +186,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:          # argparse exits 2 on bad usage, 0 for --help
         return int(e.code or 0)
     try:
+        if args.build is not None:
+            # before anything loads pyprores.native; inherited by worker processes
+            builds.select(args.build)
         return args.func(args)
+    except builds.BuildError as e:
+        _error(str(e))
+        return EXIT_ERROR
     except PyproresError as e:
         _error(str(e))
         return EXIT_ERROR
@@ -199,6 +216,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         # Open the device first: a missing extension or GPU should fail fast.
         session = stack.enter_context(candidate.open_session(args.backend, args.device))
+        note = getattr(session, "note", "")     # e.g. validation left off for this device
         files = args.files
         if not files:
             workdir = args.workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="pyprores-"))
@@ -214,8 +232,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 _error(str(e))
             finally:
                 bar.finish()
+    for r in results if note else ():
+        r.notes.append(f"Vulkan device {note}")
     summary = summarize(results, args.max_dev)
     summary.backend = summary.backend or args.backend
+    summary.ffmpeg = _build_info()
     if results and not args.quiet and args.json != "-":
         print_summary(summary, sys.stdout)
     if args.json:
@@ -227,6 +248,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if failed:
         return EXIT_ERROR
     return EXIT_OK if summary.passed else EXIT_DEVIATION
+
+
+def _build_info() -> dict | None:
+    """The FFmpeg build the candidate ran on, for reports (None without the extension)."""
+    try:
+        return candidate.load_native().build_info()
+    except NativeLibraryError:
+        return None
 
 
 # -- idct-accuracy ----------------------------------------------------------------
@@ -333,12 +362,9 @@ def inspect_text(path: str, frame: int, size: int, tag: str, info, decoded: dict
 # -- corpus and conformance ----------------------------------------------------------
 
 def _ffmpeg_dir(arg: str | None) -> Path:
-    import os
-    if arg:
-        return Path(arg)
-    if os.environ.get("PYPRORES_FFMPEG_DIR"):
-        return Path(os.environ["PYPRORES_FFMPEG_DIR"])
-    return Path(__file__).resolve().parent.parent / "build" / "ffmpeg"
+    """--ffmpeg DIR, else the selected build's (--build, $PYPRORES_BUILD), else
+    $PYPRORES_FFMPEG_DIR, else build/ffmpeg of the checkout."""
+    return Path(arg) if arg else builds.ffmpeg_dir()
 
 
 def cmd_corpus(args: argparse.Namespace) -> int:
@@ -368,6 +394,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
             result = conformance.run(args.manifest, session, progress=bar)
         finally:
             bar.finish()
+    result.build = _build_info()
     section = conformance.markdown(result, _command_line("conformance", args))
     if args.out:
         conformance.write_markdown(args.out, section)
@@ -420,12 +447,13 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
 
 def _command_line(name: str, args: argparse.Namespace) -> str:
     """The command as a user would type it (for reports)."""
+    prog = f"pyprores --build {args.build}" if getattr(args, "build", None) else "pyprores"
     if name == "corpus":
-        parts = ["pyprores corpus", args.outdir, f"--{args.mode}"]
+        parts = [f"{prog} corpus", args.outdir, f"--{args.mode}"]
         if args.ffmpeg:
             parts.append(f"--ffmpeg {args.ffmpeg}")
     else:
-        parts = ["pyprores conformance", args.manifest]
+        parts = [f"{prog} conformance", args.manifest]
         if args.device:
             parts.append(f"--device {args.device}")
         if args.backend != "vulkan":

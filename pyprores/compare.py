@@ -79,6 +79,7 @@ class Summary:
     device: str | None
     backend: str | None
     max_dev: int
+    ffmpeg: dict | None = None      # the FFmpeg build (pyprores.builds.describe()), when known
 
     @property
     def frames(self) -> int:

@@ -77,6 +77,8 @@ class ConformanceRun:
     started: datetime.datetime
     clips: list[ClipResult]
     seconds: float = 0.0
+    build: dict | None = None      # the candidate's FFmpeg build (pyprores.builds.describe())
+    note: str = ""                 # the session's note (e.g. validation left off for its device)
 
     @property
     def passed(self) -> bool:
@@ -138,7 +140,8 @@ def run(manifest_path: str | os.PathLike, session, progress: Callable[[int, int]
         manifest=os.fspath(manifest_path), mode=doc.get("mode", "?"),
         device=getattr(session, "device_name", "?"), backend=getattr(session, "backend", "?"),
         ffmpeg=(doc.get("ffmpeg") or {}).get("version", "?"), corpus_command=doc.get("command"),
-        started=started, clips=results, seconds=time.monotonic() - t0)
+        started=started, clips=results, seconds=time.monotonic() - t0,
+        note=getattr(session, "note", "") or "")
 
 
 # -- Markdown ----------------------------------------------------------------------
@@ -170,6 +173,15 @@ def markdown(run: ConformanceRun, command: str) -> str:
     ]
     if run.corpus_command:
         lines.append(f"- Corpus: `{run.corpus_command}`")
+    if run.build:
+        b = run.build
+        series = b.get("series")
+        what = ("patch series unknown" if series is None else
+                "pristine, no patches" if not series else f"{len(series)} patches")
+        lines.append(f"- FFmpeg build: {b.get('build')} — FFmpeg {b.get('version')}, "
+                     f"libavcodec {b.get('libavcodec')}, {what}")
+    if run.note:
+        lines.append(f"- Note: Vulkan device {run.note}")
     lines += [
         f"- Command: `{command}`",
         f"- Candidate: {run.backend} backend of `pyprores.native` on **{run.device}**; reference: FFmpeg's "

@@ -117,9 +117,10 @@ DEFAULT_SEED_CLIPS = (
 
 
 def ffmpeg_dir() -> Path:
-    """The FFmpeg build: $PYPRORES_FFMPEG_DIR, else build/ffmpeg of the checkout."""
-    env = os.environ.get("PYPRORES_FFMPEG_DIR")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "build" / "ffmpeg"
+    """The FFmpeg build: the selected one ($PYPRORES_BUILD, see pyprores.builds),
+    else $PYPRORES_FFMPEG_DIR, else build/ffmpeg of the checkout."""
+    from . import builds
+    return builds.ffmpeg_dir()
 
 
 def make_default_seeds(outdir: str | os.PathLike, ffmpeg: str | os.PathLike | None = None) -> list[Path]:

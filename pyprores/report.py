@@ -83,6 +83,7 @@ def summary_json(summary: Summary) -> dict:
     return {
         "schema": SCHEMA_ID,
         "tool": {"name": "pyprores", "version": __version__},
+        "ffmpeg": summary.ffmpeg,
         "device": summary.device,
         "backend": summary.backend,
         "max_dev": summary.max_dev,

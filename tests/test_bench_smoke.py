@@ -42,6 +42,11 @@ def test_bench_quick_runs_and_reports_bitexact(tmp_path):
 def test_bench_ignore_err_modes(tmp_path):
     """The A/B of the damaged-slice report: vk-ie and api-ie run with
     -err_detect ignore_err (decbench --ignore-err) beside vk and api."""
+
+
+def test_bench_times_several_builds_in_turn(tmp_path):
+    """--ffmpeg NAME=DIR twice (here the same build under two names): every clip is
+    checked and timed per build, and the JSON names the builds."""
     ffdir = Path(os.environ.get("PYPRORES_FFMPEG_DIR", REPO / "build" / "ffmpeg"))
     if not (ffdir / "bin" / "ffmpeg").exists():
         pytest.skip("no FFmpeg build; run ./scripts/setup")
@@ -55,3 +60,31 @@ def test_bench_ignore_err_modes(tmp_path):
         assert clip["modes"][mode]["fps"] > 0, mode
     assert clip["modes"]["api-ie"]["frames"] == clip["modes"]["api"]["frames"] > 0
     assert "vk-ie" in proc.stdout
+
+
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench"), "--ffmpeg", f"one={ffdir}",
+                           "--ffmpeg", f"two={ffdir}", "--quick", "--clips", "q-422hq",
+                           "--modes", "vk,api,py", "--json", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert [b["name"] for b in result["builds"]] == ["one", "two"]
+    for b in result["builds"]:
+        assert b["version"].startswith("7.1") and b["libavcodec"].startswith("61.")
+        assert b["series"], "scripts/setup's BUILDINFO lists the series"
+        assert b["vulkan_process_startup_s"] > 0
+    (clip,) = result["clips"]
+    for name in ("one", "two"):
+        per = clip["builds"][name]
+        assert per["check"]["bitexact"] and per["check"]["required"]
+        for mode in ("vk", "api", "py"):
+            assert per["modes"][mode]["fps"] > 0, (name, mode)
+    # the first build's results stay where a single build's are
+    assert clip["check"] == clip["builds"]["one"]["check"] and clip["modes"] == clip["builds"]["one"]["modes"]
+    assert "| one " in proc.stdout and "| two " in proc.stdout
+
+
+def test_bench_rejects_unknown_native(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench"), "--ffmpeg", "a=/nonexistent",
+                           "--native", "b=/x", "--quick"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "--native b=/x" in proc.stderr
