@@ -42,11 +42,6 @@ def test_bench_quick_runs_and_reports_bitexact(tmp_path):
 def test_bench_ignore_err_modes(tmp_path):
     """The A/B of the damaged-slice report: vk-ie and api-ie run with
     -err_detect ignore_err (decbench --ignore-err) beside vk and api."""
-
-
-def test_bench_times_several_builds_in_turn(tmp_path):
-    """--ffmpeg NAME=DIR twice (here the same build under two names): every clip is
-    checked and timed per build, and the JSON names the builds."""
     ffdir = Path(os.environ.get("PYPRORES_FFMPEG_DIR", REPO / "build" / "ffmpeg"))
     if not (ffdir / "bin" / "ffmpeg").exists():
         pytest.skip("no FFmpeg build; run ./scripts/setup")
@@ -62,6 +57,13 @@ def test_bench_times_several_builds_in_turn(tmp_path):
     assert "vk-ie" in proc.stdout
 
 
+def test_bench_times_several_builds_in_turn(tmp_path):
+    """--ffmpeg NAME=DIR twice (here the same build under two names): every clip is
+    checked and timed per build, and the JSON names the builds."""
+    ffdir = Path(os.environ.get("PYPRORES_FFMPEG_DIR", REPO / "build" / "ffmpeg"))
+    if not (ffdir / "bin" / "ffmpeg").exists():
+        pytest.skip("no FFmpeg build; run ./scripts/setup")
+    out = tmp_path / "bench.json"
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench"), "--ffmpeg", f"one={ffdir}",
                            "--ffmpeg", f"two={ffdir}", "--quick", "--clips", "q-422hq",
                            "--modes", "vk,api,py", "--json", str(out)],
