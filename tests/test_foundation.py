@@ -101,17 +101,21 @@ def test_every_patch_signed_off():
         assert "\nSigned-off-by: pyprores developers <dev@pyprores.invalid>" in message, patch.name
 
 
-def test_check_series_rejects_unsigned_patch(repo_root: Path, tmp_path: Path):
+@pytest.mark.parametrize("version", sorted(SERIES_BUILDS))
+def test_check_series_rejects_unsigned_patch(version: str, repo_root: Path, tmp_path: Path):
     """scripts/check-series fails (exit 1, before building anything) on a patch
-    without Signed-off-by."""
-    src = PATCH_DIR / series()[6]
+    without Signed-off-by, in either series."""
+    if not series(version):
+        pytest.skip(f"ffmpeg_patches/{version}/series is empty")
+    src = PATCHES_ROOT / version / series(version)[-1]
     text = src.read_text()
     assert "Signed-off-by:" in text
     (tmp_path / src.name).write_text(
         "".join(l for l in text.splitlines(True) if not l.startswith("Signed-off-by:")))
     (tmp_path / "series").write_text(src.name + "\n")
     env = dict(os.environ, PYPRORES_CACHE=str(tmp_path / "cache"))
-    res = subprocess.run([str(repo_root / "scripts" / "check-series"), "--patches", str(tmp_path)],
+    res = subprocess.run([str(repo_root / "scripts" / "check-series"), "--series", version,
+                          "--patches", str(tmp_path)],
                          capture_output=True, text=True, env=env, timeout=60)
     assert res.returncode == 1, res.stderr
     assert "has no Signed-off-by" in res.stderr and src.name in res.stderr
