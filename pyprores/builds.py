@@ -35,7 +35,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+PACKAGE = Path(__file__).resolve().parent
+REPO = PACKAGE.parent
 BUILD_DIR = REPO / "build"
 ENV_BUILD = "PYPRORES_BUILD"
 ENV_NATIVE_DIR = "PYPRORES_NATIVE_DIR"
@@ -83,6 +84,8 @@ def ffmpeg_dir(name: str | None = ...) -> Path:  # type: ignore[assignment]
         name = selected()
         if not name and os.environ.get(ENV_FFMPEG_DIR):
             return Path(os.environ[ENV_FFMPEG_DIR])
+    if not name and (PACKAGE / "bin" / "ffmpeg").is_file():
+        return PACKAGE        # an installed wheel (scripts/build-wheel): bin/, BUILDINFO in the package
     return BUILD_DIR / (f"ffmpeg-{_check_name(name)}" if name else "ffmpeg")
 
 

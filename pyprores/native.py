@@ -51,7 +51,7 @@ def _lib() -> Any:
     if lib is None:
         raise NativeLibraryError(
             f"the native extension pyprores._native is not available ({_IMPORT_ERROR}); "
-            "run ./scripts/setup to build FFmpeg and the extension")
+            "run ./scripts/setup to build FFmpeg and the extension (or reinstall the pyprores wheel)")
     return lib
 
 
@@ -83,6 +83,9 @@ def _raise(code: int, session_ptr: Any = None) -> None:
     if code in (L.PPR_ETRUNCATED, L.PPR_EDECODE):
         raise DecodeError(text)
     if code in (L.PPR_ENODEVICE, L.PPR_ENOHWACCEL):
+        if code == L.PPR_ENODEVICE and "could not create a Vulkan device" in text:
+            from .runtime import vulkan_hint
+            text = f"{text}; {vulkan_hint(text)}"
         raise DeviceError(text)
     if code == L.PPR_ENOMEM:
         raise MemoryError(text)

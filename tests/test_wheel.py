@@ -1,0 +1,170 @@
+"""The binary wheel (scripts/build-wheel, issue 24) and what pyprores says when Vulkan is missing.
+
+test_wheel_installs_and_decodes builds the wheel from build/ffmpeg, installs it into a fresh venv
+outside the repository (no PYTHONPATH, no PYPRORES_FFMPEG_DIR, cwd elsewhere) and runs the
+installed `pyprores compare` on the default clips on lavapipe, a decode to numpy on both
+backends, the bundled ffmpeg, and the no-device error. About 40 s on the 2-core machine
+(wheel 10-20 s, venv and pip install 10-15 s, the runs a few seconds): in the default run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from pyprores import runtime
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+NO_DEVICE_ENV = {"VK_DRIVER_FILES": "/nonexistent/icd.json", "VK_ICD_FILENAMES": "/nonexistent/icd.json"}
+
+
+# -- the hint (no wheel needed) ---------------------------------------------------------------
+
+def test_hint_without_loader_names_the_loader_package(monkeypatch):
+    monkeypatch.setattr(runtime, "vulkan_loader_available", lambda: False)
+    hint = runtime.vulkan_hint("Unable to open the libvulkan library!")
+    assert "libvulkan1" in hint and "mesa-vulkan-drivers" in hint and "--backend software" in hint
+
+
+def test_hint_without_driver_names_the_driver_package(monkeypatch):
+    monkeypatch.setattr(runtime, "vulkan_loader_available", lambda: True)
+    hint = runtime.vulkan_hint("Instance creation failure: VK_ERROR_INCOMPATIBLE_DRIVER")
+    assert "no device" in hint and "mesa-vulkan-drivers" in hint and "libvulkan1" not in hint
+
+
+def test_checkout_layout_uses_build_ffmpeg(monkeypatch):
+    monkeypatch.delenv("PYPRORES_FFMPEG_DIR", raising=False)
+    assert runtime.bundled_ffmpeg_dir() is None          # no pyprores/bin in a checkout
+    assert runtime.ffmpeg_dir() == REPO_ROOT / "build" / "ffmpeg"
+    monkeypatch.setenv("PYPRORES_FFMPEG_DIR", "/x")
+    assert runtime.ffmpeg_dir() == Path("/x")
+
+
+def test_session_without_device_says_what_to_install(ffmpeg_dir):
+    native = pytest.importorskip("pyprores.native")
+    if not native.available():
+        pytest.skip("pyprores._native is not built")
+    code = textwrap.dedent("""
+        from pyprores import native
+        try:
+            native.Session("vulkan")
+        except native.DeviceError as e:
+            print(e)
+        with native.Session("software") as s:   # the software path needs no Vulkan
+            print(s.device_name)
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "PYPRORES_VALIDATION"}
+    r = subprocess.run([sys.executable, "-c", code], env={**env, **NO_DEVICE_ENV}, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    error, device = r.stdout.strip().splitlines()
+    assert "could not create a Vulkan device" in error and "mesa-vulkan-drivers" in error, error
+    assert device == "cpu"
+
+
+# -- the wheel --------------------------------------------------------------------------------
+
+DECODE = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import pyprores
+    from pyprores import native
+    out = {"pyprores": pyprores.__file__, "ffmpeg": native.ffmpeg_version(),
+           "hwaccel": native.has_hwaccel("vulkan"), "frames": []}
+    with pyprores.open(sys.argv[1]) as src, native.Session("vulkan") as vk, \\
+            native.Session("software") as sw:
+        tag = src.info.codec_tag
+        for pkt in src.packets():
+            a, b = vk.decode(pkt, tag), sw.decode(pkt, tag)
+            assert isinstance(a.planes["Y"], np.ndarray) and a.planes["Y"].dtype == np.uint16
+            out["frames"].append({k: [list(v.shape), bool(np.array_equal(v, b.planes[k]))]
+                                  for k, v in a.planes.items()})
+        out["device"] = vk.device_name
+    maps = open("/proc/self/maps").read().split()
+    out["libavcodec"] = sorted({m for m in maps if "libavcodec" in m})
+    print(json.dumps(out))
+""")
+
+
+def _clean_env(venv: Path) -> dict[str, str]:
+    """A user's environment: nothing pointing into the checkout or its builds."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYPRORES_", "PYTHON", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "LD_PRELOAD"))}
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def test_wheel_installs_and_decodes(tmp_path, ffmpeg_dir):
+    dist = tmp_path / "dist"
+    build = subprocess.run(
+        [str(REPO_ROOT / "scripts" / "build-wheel"), "--no-setup", "--out", str(dist)],
+        env={**os.environ, "PYPRORES_FFMPEG_DIR": str(ffmpeg_dir), "PYTHON": sys.executable},
+        capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stdout + build.stderr
+    wheel = Path(build.stdout.strip().splitlines()[-1])
+    assert wheel.parent == dist and "manylinux_2_" in wheel.name, wheel.name
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "pyprores/bin/ffmpeg" in names and "pyprores/bin/ffprobe" in names
+    assert any(n.startswith("pyprores/_native") for n in names)
+    libs = {n.split("/")[1].split("-")[0] for n in names if n.startswith("pyprores.libs/")}
+    assert {"libavcodec", "libavutil", "libavformat"} <= libs, names
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = _clean_env(venv)
+    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check",
+                          str(wheel)], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    assert pip.returncode == 0, pip.stdout + pip.stderr
+
+    # pyprores compare on the default clips, on lavapipe
+    cmp = subprocess.run([str(venv / "bin" / "pyprores"), "compare", "--workdir", "clips", "--json", "-",
+                          "--quiet"], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    assert cmp.returncode == 0, cmp.stdout + cmp.stderr
+    report = json.loads(cmp.stdout)
+    assert report["passed"] is True, cmp.stdout
+    clips = sorted((work / "clips").glob("*.mov"))
+    assert len(clips) == 3
+    hq = work / "clips" / "hq422.mov"    # 4:2:2 10-bit, for the ffmpeg runs' download format
+
+    # decoding to numpy with `python -c`, both backends, the libraries the wheel's own
+    dec = subprocess.run([str(venv / "bin" / "python"), "-c", DECODE, str(clips[0])], cwd=work, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert dec.returncode == 0, dec.stdout + dec.stderr
+    out = json.loads(dec.stdout)
+    site = str(venv)
+    assert out["pyprores"].startswith(site) and out["ffmpeg"] == "7.1.5" and out["hwaccel"], out
+    assert out["frames"] and all(same for f in out["frames"] for _, same in f.values()), out
+    ours = [p for p in out["libavcodec"] if "pyprores.libs" in p]
+    assert len(ours) == 1 and ours[0].startswith(site), out["libavcodec"]
+    assert not any(str(REPO_ROOT) in p or "/.cache/pyprores/" in p for p in out["libavcodec"]), out
+
+    # the bundled ffmpeg, through its entry point, with the Vulkan hwaccel
+    ff = subprocess.run([str(venv / "bin" / "pyprores-ffmpeg"), "-v", "error", "-init_hw_device", "vulkan=vk:0",
+                         "-hwaccel", "vulkan", "-hwaccel_output_format", "vulkan", "-i", str(hq),
+                         "-vf", "hwdownload,format=yuv422p10le", "-f", "framemd5", "-"],
+                        cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    sw = subprocess.run([str(venv / "bin" / "pyprores-ffmpeg"), "-v", "error", "-i", str(hq),
+                         "-f", "framemd5", "-"], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    assert ff.returncode == 0 and sw.returncode == 0, ff.stderr + sw.stderr
+    md5 = [[line.split(",")[-1] for line in r.stdout.splitlines() if not line.startswith("#")] for r in (ff, sw)]
+    assert md5[0] and md5[0] == md5[1]
+
+    # no Vulkan device: the error names the package; the software backend works
+    nodev = {**env, **NO_DEVICE_ENV}
+    bad = subprocess.run([str(venv / "bin" / "pyprores"), "compare", str(clips[0]), "--quiet"], cwd=work,
+                         env=nodev, capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2 and "mesa-vulkan-drivers" in bad.stderr, bad.stdout + bad.stderr
+    soft = subprocess.run([str(venv / "bin" / "pyprores"), "compare", str(clips[0]), "--quiet",
+                           "--backend", "software"], cwd=work, env=nodev, capture_output=True, text=True,
+                          timeout=600)
+    assert soft.returncode == 0, soft.stdout + soft.stderr
