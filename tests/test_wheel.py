@@ -111,7 +111,7 @@ def test_wheel_installs_and_decodes(tmp_path, ffmpeg_dir):
         capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stdout + build.stderr
     wheel = Path(build.stdout.strip().splitlines()[-1])
-    assert wheel.parent == dist and "manylinux_2_" in wheel.name, wheel.name
+    assert wheel.parent == dist and "-cp311-abi3-manylinux_2_" in wheel.name, wheel.name
     names = zipfile.ZipFile(wheel).namelist()
     assert "pyprores/bin/ffmpeg" in names and "pyprores/bin/ffprobe" in names
     assert any(n.startswith("pyprores/_native") for n in names)
