@@ -213,9 +213,12 @@ int main(int argc, char **argv)
 
     printf("{\"file\": \"%s\", \"hw\": \"%s\", \"download\": %d, \"ignore_err\": %d, \"threads\": %d, "
            "\"packets\": %d, \"frames\": %ld, \"device_s\": %.4f, "
-           "\"first_frame_s\": %.4f, \"fps\": %.1f, \"cpu_us_per_frame\": %.1f}\n",
+           "\"first_frame_s\": %.4f, \"fps\": %.1f, \"cpu_us_per_frame\": %.1f, "
+           "\"ffmpeg\": \"%s\", \"libavcodec\": \"%u.%u.%u\"}\n",
            path, hw, b.download, ignore_err, b.dec->thread_count, nb_pkts, b.frames,
-           t1 - t0, t2 - t1, b.frames / (t4 - t3), (c4 - c3) * 1e6 / b.frames);
+           t1 - t0, t2 - t1, b.frames / (t4 - t3), (c4 - c3) * 1e6 / b.frames,
+           av_version_info(), avcodec_version() >> 16, (avcodec_version() >> 8) & 0xff,
+           avcodec_version() & 0xff);
 
     ret = 0;
 fail:

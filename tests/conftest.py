@@ -62,7 +62,11 @@ os.environ.setdefault("PYPRORES_VALIDATION_IGNORE", ";".join(KNOWN_LAYER_NOISE))
 
 
 def ffmpeg_dir_path() -> Path:
-    return Path(os.environ.get("PYPRORES_FFMPEG_DIR") or REPO_ROOT / "build" / "ffmpeg")
+    """The build under test: build/ffmpeg-NAME with PYPRORES_BUILD=NAME (the tests'
+    pyprores.native then loads build/native-NAME), else $PYPRORES_FFMPEG_DIR, else
+    build/ffmpeg."""
+    from pyprores import builds
+    return builds.ffmpeg_dir()
 
 
 def validation_requested() -> bool:
