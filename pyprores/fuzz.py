@@ -604,6 +604,7 @@ class Worker:
         self.keys: set = set()
         self.rss: list[tuple[int, int]] = []      # (incarnation, kib) per reply
         self.validation_enabled = False
+        self.note = ""
         self.libavcodec = "?"
 
     def start(self) -> None:
@@ -646,6 +647,7 @@ class Worker:
             raise PyproresError(f"the {self.backend} worker could not start: "
                                 f"{hello.get('error')}: {hello.get('message')}")
         self.validation_enabled = bool(hello.get("validation"))
+        self.note = hello.get("note") or ""          # e.g. why validation is off on its device
         self.libavcodec = hello.get("libavcodec", "?")
 
     def _new_log(self) -> str:

@@ -189,7 +189,8 @@ def serve(conn: Any, backend: str, device: str | None, log_path: str, env: dict[
         if backend == "vulkan":
             dec.session(("warm-up", 0, 0, b""))     # fail early when there is no device
         conn.send({"status": "ready", "pid": os.getpid(), "rss_kib": rss_kib(), "libavcodec": libavcodec_path(),
-                   "validation": dec.sessions and next(iter(dec.sessions.values())).validation_enabled})
+                   "validation": dec.sessions and next(iter(dec.sessions.values())).validation_enabled,
+                   "note": dec.sessions and getattr(next(iter(dec.sessions.values())), "note", "")})
     except Exception as e:
         conn.send({"status": "failed", "error": type(e).__name__, "message": str(e)})
         os._exit(3)
