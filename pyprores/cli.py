@@ -61,9 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
     cmp = add("compare", help="decode files both ways and report deviations per plane",
                          description="Compare the candidate decode of each FILE with FFmpeg's software "
                                      "decoder. Without FILE, small default clips are generated and compared.")
-    cmp.add_argument("files", nargs="*", metavar="FILE")
+    cmp.add_argument("files", nargs="*", metavar="FILE",
+                     help="files, or directories (their video files, recursively)")
     cmp.add_argument("--frames", type=_positive, metavar="N", help="compare only the first N frames of each file")
-    cmp.add_argument("--device", metavar="D", help="Vulkan device (index or name) for the candidate")
+    cmp.add_argument("--device", metavar="D", action="append",
+                     help="Vulkan device (index or name) for the candidate; with --jobs or --scheduler "
+                          "repeat it to spread the workers over several (default there: all GPUs)")
     cmp.add_argument("--backend", choices=candidate.BACKENDS, default="vulkan",
                      help="candidate decoder path (default: vulkan)")
     cmp.add_argument("--json", metavar="OUT", help="write the JSON report to OUT ('-' for stdout)")
@@ -77,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--quiet", action="store_true", help="print no table; only errors and the exit code")
     cmp.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="force the progress bar on or off (default: on when stderr is a terminal)")
+    cmp.add_argument("--jobs", "-j", type=_positive, metavar="N",
+                     help="check files in N worker processes (Dask LocalCluster), one Vulkan session each")
+    cmp.add_argument("--scheduler", metavar="ADDRESS",
+                     help="check files on an existing Dask cluster (e.g. tcp://host:8786)")
+    cmp.add_argument("--results", metavar="DIR",
+                     help="keep each finished file's result in DIR; a run started again skips them")
     cmp.set_defaults(func=cmd_compare)
 
     ins = add("inspect", help="show the frame header and slice table of one frame")
@@ -213,14 +222,35 @@ def _error(message: str) -> None:
 def cmd_compare(args: argparse.Namespace) -> int:
     failed = False
     results = []
+    parallel = (args.jobs or 1) > 1 or args.scheduler or args.results
+    devices = args.device or []
+    if len(devices) > 1 and not parallel:
+        raise PyproresError("several --device need --jobs N or --scheduler")
     with ExitStack() as stack:
-        # Open the device first: a missing extension or GPU should fail fast.
-        session = stack.enter_context(candidate.open_session(args.backend, args.device))
-        note = getattr(session, "note", "")     # e.g. validation left off for this device
-        files = args.files
-        if not files:
-            workdir = args.workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="pyprores-"))
-            files = [str(p) for p in clips.generate_defaults(workdir)]
+        note = ""
+        if parallel:
+            from . import cluster
+            files = cluster.expand_inputs(args.files)
+            if not files:
+                workdir = args.workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="pyprores-"))
+                files = [str(p) for p in clips.generate_defaults(workdir)]
+            bar = ProgressBar("files", enabled=False if args.quiet else args.progress)
+            try:
+                results, failed = cluster.compare_files(
+                    files, backend=args.backend, devices=devices, frames=args.frames, worst=args.worst,
+                    jobs=args.jobs, scheduler=args.scheduler, results_dir=args.results, progress=bar,
+                    on_error=_error)
+            finally:
+                bar.finish()
+            files = []      # checked; the workers added their sessions' notes
+        else:
+            # Open the device first: a missing extension or GPU should fail fast.
+            session = stack.enter_context(candidate.open_session(args.backend, devices[0] if devices else None))
+            note = getattr(session, "note", "")     # e.g. validation left off for this device
+            files = _expand(args.files)
+            if not files:
+                workdir = args.workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="pyprores-"))
+                files = [str(p) for p in clips.generate_defaults(workdir)]
         for path in files:
             bar = ProgressBar(Path(path).name, enabled=False if args.quiet else args.progress)
             try:
@@ -258,6 +288,15 @@ def _build_info() -> dict | None:
         return None
     info = getattr(native, "build_info", None)     # tests stand in a fake module
     return info() if callable(info) else None
+
+
+def _expand(paths: list[str]) -> list[str]:
+    """Directories among FILE arguments: their video files (see pyprores.cluster)."""
+    import os
+    if not any(os.path.isdir(p) for p in paths):
+        return paths
+    from .cluster import expand_inputs
+    return expand_inputs(paths)
 
 
 # -- idct-accuracy ----------------------------------------------------------------

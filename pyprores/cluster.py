@@ -1,0 +1,311 @@
+"""Many files at once: ``compare`` spread over worker processes with Dask.
+
+``pyprores compare --jobs N`` starts a :class:`distributed.LocalCluster` of N
+worker processes (one thread each); ``--scheduler ADDRESS`` uses an existing
+Dask cluster instead.  Each worker thread keeps one candidate session (one
+Vulkan device) for all the files it is given; the files' results come back
+as they finish and are put in input order, so the report is the one a serial
+run writes.
+
+Which Vulkan device a worker uses, first match wins:
+
+1. ``--device`` (repeatable): worker ``k`` takes the ``k % n``-th one, ``k``
+   being the worker's name when it is a number (LocalCluster names its
+   workers 0, 1, ...; ``dask worker --name 3``), else a hash of it;
+2. ``PYPRORES_DEVICE`` in the worker's environment (a cluster started with
+   one worker per GPU, each with its device index);
+3. with ``--jobs``: every Vulkan device of this machine (GPUs only when
+   there are any besides a CPU implementation such as lavapipe), round-robin
+   over the workers as in 1;
+4. FFmpeg's choice.
+
+A file's failure is reported for that file (the others go on).  A worker
+that dies is replaced and its file given to another one (Dask's
+``distributed.scheduler.allowed-failures``, 3 by default); a file that kills
+workers beyond that is reported as an error.
+
+``--results DIR`` keeps each finished file's result (a pickle named by a
+hash of the path, the file's size and mtime and the options that change
+the figures), so an interrupted run started again skips what is done.
+
+Dask is optional: ``pip install pyprores[cluster]``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import threading
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from .errors import DeviceError, PyproresError
+
+# Files a directory argument contributes (recursively, sorted).
+VIDEO_SUFFIXES = (".mov", ".mp4", ".m4v", ".mxf", ".mkv", ".qt")
+# Names of CPU Vulkan implementations, left out of "all devices" when a GPU is there.
+CPU_DEVICES = ("llvmpipe", "lavapipe", "swiftshader")
+MAX_PROBE = 64
+
+
+class ClusterUnavailable(PyproresError):
+    """Dask distributed is not installed."""
+
+
+def expand_inputs(paths: Iterable[str]) -> list[str]:
+    """FILE arguments with each directory replaced by the video files under
+    it (``VIDEO_SUFFIXES``, recursively, sorted); other paths unchanged."""
+    out: list[str] = []
+    for p in paths:
+        if os.path.isdir(p):
+            found = sorted(str(f) for f in Path(p).rglob("*")
+                           if f.suffix.lower() in VIDEO_SUFFIXES and f.is_file())
+            if not found:
+                raise PyproresError(f"{p}: no video files ({', '.join(VIDEO_SUFFIXES)}) in this directory")
+            out += found
+        else:
+            out.append(p)
+    return out
+
+
+def local_devices(backend: str = "vulkan") -> list[str | None]:
+    """The Vulkan devices of this machine as ``--device`` indexes: every one
+    FFmpeg can open, without CPU implementations when a GPU is present.
+    ``[None]`` (FFmpeg's choice) for the software backend."""
+    if backend != "vulkan":
+        return [None]
+    from .candidate import open_session
+    found: list[tuple[str, str]] = []
+    for i in range(MAX_PROBE):
+        try:
+            s = open_session(backend, str(i), threads=1)
+        except DeviceError:
+            break
+        try:
+            found.append((str(i), s.device_name))
+        finally:
+            s.close()
+    if not found:
+        return [None]
+    gpus = [i for i, name in found if not any(c in name.lower() for c in CPU_DEVICES)]
+    return gpus or [i for i, _ in found]
+
+
+# -- on the workers ------------------------------------------------------------
+
+_local = threading.local()
+
+
+def _worker_index() -> int:
+    try:
+        from distributed import get_worker
+        name = get_worker().name
+    except (ImportError, ValueError):
+        return 0
+    try:
+        return int(name)
+    except (TypeError, ValueError):
+        return zlib.crc32(str(name).encode())
+
+
+def worker_device(devices: Sequence[str | None] | None, explicit: bool) -> str | None:
+    """The device this worker uses (see the module's docstring)."""
+    if devices and explicit:
+        return devices[_worker_index() % len(devices)]
+    env = os.environ.get("PYPRORES_DEVICE")
+    if env:
+        return env
+    if devices:
+        return devices[_worker_index() % len(devices)]
+    return None
+
+
+def worker_session(backend: str, device: str | None):
+    """This worker thread's session, opened on first use and kept."""
+    key = (backend, device)
+    sessions = getattr(_local, "sessions", None)
+    if sessions is None:
+        sessions = _local.sessions = {}
+    if key not in sessions:
+        from .candidate import open_session
+        sessions[key] = open_session(backend, device)
+    return sessions[key]
+
+
+@dataclass
+class Outcome:
+    """What a worker sends back for one file: a result or an error."""
+
+    index: int
+    result: object | None = None        # compare.FileResult
+    error: str | None = None
+    fatal: bool = False                  # DeviceError / NativeLibraryError: serial would stop
+
+
+def compare_task(index: int, path: str, backend: str, devices: Sequence[str | None] | None,
+                 explicit: bool, frames: int | None, worst: int) -> Outcome:
+    """Run on a worker: compare one file with this worker's session."""
+    from .compare import compare_file
+    from .errors import NativeLibraryError
+    try:
+        session = worker_session(backend, worker_device(devices, explicit))
+        result = compare_file(path, session, frames, worst)
+        note = getattr(session, "note", "")     # as the serial run adds it (cli.cmd_compare)
+        if note:
+            result.notes.append(f"Vulkan device {note}")
+        return Outcome(index, result=result)
+    except (DeviceError, NativeLibraryError) as e:
+        return Outcome(index, error=str(e), fatal=True)
+    except PyproresError as e:
+        return Outcome(index, error=str(e))
+
+
+# -- the driver ------------------------------------------------------------------
+
+def _dask():
+    try:
+        import distributed
+    except ImportError as e:
+        raise ClusterUnavailable(
+            f"--jobs, --scheduler and --results need Dask distributed ({e}); "
+            "install it with: pip install 'pyprores[cluster]'") from e
+    return distributed
+
+
+class ResultStore:
+    """``--results DIR``: one pickle per finished file."""
+
+    def __init__(self, directory: str | os.PathLike, options: dict) -> None:
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.options = options
+
+    def key(self, path: str) -> str:
+        try:
+            st = os.stat(path)
+            stamp = [st.st_size, st.st_mtime_ns]
+        except OSError:
+            stamp = None
+        text = json.dumps([path, os.path.abspath(path), stamp, self.options], sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def load(self, path: str):
+        f = self.dir / f"{self.key(path)}.pickle"
+        try:
+            with open(f, "rb") as fh:
+                return pickle.load(fh)
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+            return None
+
+    def save(self, path: str, result) -> None:
+        f = self.dir / f"{self.key(path)}.pickle"
+        tmp = f.with_name(f.name + f".{os.getpid()}.tmp")
+        with open(tmp, "wb") as fh:
+            pickle.dump(result, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, f)
+
+
+def open_client(jobs: int | None = None, scheduler: str | None = None):
+    """A Dask client: on ``scheduler``, else on a new LocalCluster of ``jobs``
+    single-threaded worker processes. Close it (context manager) when done."""
+    distributed = _dask()
+    if scheduler:
+        try:
+            return distributed.Client(scheduler, timeout="30s")
+        except (OSError, TimeoutError) as e:
+            raise PyproresError(f"cannot reach the Dask scheduler {scheduler}: {e}") from e
+    import logging
+    cluster = distributed.LocalCluster(n_workers=jobs or 1, threads_per_worker=1, processes=True,
+                                       dashboard_address=None, silence_logs=logging.ERROR)
+    client = distributed.Client(cluster)
+    client._pyprores_cluster = cluster   # closed with the client (see close_client)
+    return client
+
+
+def close_client(client) -> None:
+    cluster = getattr(client, "_pyprores_cluster", None)
+    client.close()
+    if cluster is not None:
+        cluster.close()
+
+
+def run(client, files: Sequence[str], task: Callable[..., Outcome], args: tuple,
+        store: ResultStore | None = None,
+        on_done: Callable[[int, Outcome], None] | None = None) -> list[Outcome]:
+    """Submit ``task(index, path, *args)`` for every file not already in
+    ``store``; return one Outcome per file, in input order. ``on_done(done,
+    outcome)`` is called as each file finishes (stored ones first)."""
+    distributed = _dask()
+    outcomes: list[Outcome | None] = [None] * len(files)
+    done = 0
+    futures = {}
+    for i, path in enumerate(files):
+        cached = store.load(path) if store is not None else None
+        if cached is not None:
+            outcomes[i] = Outcome(i, result=cached)
+            done += 1
+            if on_done:
+                on_done(done, outcomes[i])
+            continue
+        fut = client.submit(task, i, path, *args, pure=False,
+                            key=f"pyprores-{task.__name__}-{i}-{os.urandom(4).hex()}")
+        futures[fut] = i
+    for fut in distributed.as_completed(list(futures)):
+        i = futures[fut]
+        if fut.status == "finished":
+            out = fut.result()
+        else:
+            exc = fut.exception()
+            if isinstance(exc, distributed.KilledWorker):
+                text = "the worker checking it died (too many times: the file may crash the decoder)"
+            else:
+                text = f"{type(exc).__name__}: {exc}"
+            out = Outcome(i, error=f"{files[i]}: {text}")
+        fut.release()
+        outcomes[i] = out
+        if store is not None and out.result is not None:
+            store.save(files[i], out.result)
+        done += 1
+        if on_done:
+            on_done(done, out)
+    return outcomes  # type: ignore[return-value]
+
+
+def compare_files(files: Sequence[str], *, backend: str, devices: Sequence[str] | None,
+                  frames: int | None, worst: int, jobs: int | None = None, scheduler: str | None = None,
+                  results_dir: str | None = None, progress=None,
+                  on_error: Callable[[str], None] | None = None) -> tuple[list, bool]:
+    """Compare ``files`` on a cluster. Returns (FileResults in input order,
+    whether any file failed). ``devices``: the user's ``--device`` list, or
+    None for the default (see the module's docstring)."""
+    explicit = bool(devices)
+    if not explicit and not scheduler:
+        devices = local_devices(backend)
+        # Fail fast, as the serial run does, when the device cannot be opened here.
+        from .candidate import open_session
+        open_session(backend, devices[0]).close()
+    store = None
+    if results_dir:
+        store = ResultStore(results_dir, {"backend": backend, "frames": frames, "worst": worst})
+    failed = False
+
+    def on_done(done: int, out: Outcome) -> None:
+        nonlocal failed
+        if out.error is not None:
+            failed = True
+            if on_error:
+                on_error(out.error)
+        if progress is not None:
+            progress(done, len(files))
+
+    client = open_client(jobs, scheduler)
+    try:
+        outcomes = run(client, files, compare_task, (backend, list(devices or ()) or None, explicit,
+                                                     frames, worst), store, on_done)
+    finally:
+        close_client(client)
+    return [o.result for o in outcomes if o.result is not None], failed
