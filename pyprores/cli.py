@@ -140,7 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      "other and against the manifest's MD5s, and write a Markdown table. Exit 1 "
                                      "when any clip is not bit-exact.")
     con.add_argument("manifest", metavar="MANIFEST")
-    con.add_argument("--device", metavar="D", help="Vulkan device (index or name) for the candidate")
+    con.add_argument("--device", metavar="D", action="append",
+                     help="Vulkan device (index or name) for the candidate; with --jobs or --scheduler "
+                          "repeat it to spread the workers over several (default there: all GPUs)")
     con.add_argument("--backend", choices=candidate.BACKENDS, default="vulkan",
                      help="candidate decoder path (default: vulkan)")
     con.add_argument("--out", metavar="FILE.md",
@@ -148,6 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "default: print it)")
     con.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="force the progress bar on or off (default: on when stderr is a terminal)")
+    con.add_argument("--jobs", "-j", type=_positive, metavar="N",
+                     help="check clips in N worker processes (Dask LocalCluster), one Vulkan session each")
+    con.add_argument("--scheduler", metavar="ADDRESS",
+                     help="check clips on an existing Dask cluster (e.g. tcp://host:8786)")
     con.set_defaults(func=cmd_conformance)
 
     fz = add("fuzz", help="mutation fuzzing of both decoders (crashes, hangs, slice isolation)",
@@ -430,11 +436,23 @@ def cmd_corpus(args: argparse.Namespace) -> int:
 def cmd_conformance(args: argparse.Namespace) -> int:
     from . import conformance
     bar = ProgressBar("conformance", enabled=args.progress)
-    with candidate.open_session(args.backend, args.device) as session:
+    devices = args.device or []
+    if (args.jobs or 1) > 1 or args.scheduler:
+        from . import cluster
+        check_all = cluster.conformance_clips(backend=args.backend, devices=devices, jobs=args.jobs,
+                                              scheduler=args.scheduler)
         try:
-            result = conformance.run(args.manifest, session, progress=bar)
+            result = conformance.run(args.manifest, progress=bar, check_all=check_all)
         finally:
             bar.finish()
+    else:
+        if len(devices) > 1:
+            raise PyproresError("several --device need --jobs N or --scheduler")
+        with candidate.open_session(args.backend, devices[0] if devices else None) as session:
+            try:
+                result = conformance.run(args.manifest, session, progress=bar)
+            finally:
+                bar.finish()
     result.build = _build_info()
     section = conformance.markdown(result, _command_line("conformance", args))
     if args.out:
@@ -495,10 +513,13 @@ def _command_line(name: str, args: argparse.Namespace) -> str:
             parts.append(f"--ffmpeg {args.ffmpeg}")
     else:
         parts = [f"{prog} conformance", args.manifest]
-        if args.device:
-            parts.append(f"--device {args.device}")
+        parts += [f"--device {d}" for d in args.device or ()]
         if args.backend != "vulkan":
             parts.append(f"--backend {args.backend}")
+        if getattr(args, "jobs", None):
+            parts.append(f"--jobs {args.jobs}")
+        if getattr(args, "scheduler", None):
+            parts.append(f"--scheduler {args.scheduler}")
         if args.out:
             parts.append(f"--out {args.out}")
     return " ".join(parts)

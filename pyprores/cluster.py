@@ -144,6 +144,9 @@ class Outcome:
     result: object | None = None        # compare.FileResult
     error: str | None = None
     fatal: bool = False                  # DeviceError / NativeLibraryError: serial would stop
+    device: str | None = None            # the worker session's device name, backend and note
+    backend: str | None = None
+    note: str = ""
 
 
 def compare_task(index: int, path: str, backend: str, devices: Sequence[str | None] | None,
@@ -162,6 +165,19 @@ def compare_task(index: int, path: str, backend: str, devices: Sequence[str | No
         return Outcome(index, error=str(e), fatal=True)
     except PyproresError as e:
         return Outcome(index, error=str(e))
+
+
+def conformance_task(index: int, path: str, entry: dict, base: str, backend: str,
+                     devices: Sequence[str | None] | None, explicit: bool) -> Outcome:
+    """Run on a worker: one clip of a conformance manifest."""
+    from .conformance import check_clip
+    from .errors import NativeLibraryError
+    try:
+        session = worker_session(backend, worker_device(devices, explicit))
+        return Outcome(index, result=check_clip(entry, Path(base), session), device=session.device_name,
+                       backend=getattr(session, "backend", backend), note=getattr(session, "note", "") or "")
+    except (DeviceError, NativeLibraryError) as e:
+        return Outcome(index, error=str(e), fatal=True)
 
 
 # -- the driver ------------------------------------------------------------------
@@ -235,10 +251,12 @@ def close_client(client) -> None:
 
 def run(client, files: Sequence[str], task: Callable[..., Outcome], args: tuple,
         store: ResultStore | None = None,
-        on_done: Callable[[int, Outcome], None] | None = None) -> list[Outcome]:
-    """Submit ``task(index, path, *args)`` for every file not already in
-    ``store``; return one Outcome per file, in input order. ``on_done(done,
-    outcome)`` is called as each file finishes (stored ones first)."""
+        on_done: Callable[[int, Outcome], None] | None = None,
+        extra: Sequence[tuple] | None = None) -> list[Outcome]:
+    """Submit ``task(index, path, *extra[index], *args)`` for every file not
+    already in ``store``; return one Outcome per file, in input order.
+    ``on_done(done, outcome)`` is called as each file finishes (stored ones
+    first)."""
     distributed = _dask()
     outcomes: list[Outcome | None] = [None] * len(files)
     done = 0
@@ -251,7 +269,7 @@ def run(client, files: Sequence[str], task: Callable[..., Outcome], args: tuple,
             if on_done:
                 on_done(done, outcomes[i])
             continue
-        fut = client.submit(task, i, path, *args, pure=False,
+        fut = client.submit(task, i, path, *(extra[i] if extra else ()), *args, pure=False,
                             key=f"pyprores-{task.__name__}-{i}-{os.urandom(4).hex()}")
         futures[fut] = i
     for fut in distributed.as_completed(list(futures)):
@@ -309,3 +327,48 @@ def compare_files(files: Sequence[str], *, backend: str, devices: Sequence[str] 
     finally:
         close_client(client)
     return [o.result for o in outcomes if o.result is not None], failed
+
+
+def conformance_clips(*, backend: str, devices: Sequence[str] | None, jobs: int | None = None,
+                      scheduler: str | None = None):
+    """A ``check_all`` for :func:`pyprores.conformance.run` that checks the
+    clips on a cluster (the device rules of compare_files)."""
+    from .conformance import ClipResult
+
+    def check_all(entries: list, base, progress) -> tuple[list, str, str, str]:
+        explicit = bool(devices)
+        devs = list(devices or ()) or None
+        if not explicit and not scheduler:
+            devs = local_devices(backend)
+            from .candidate import open_session
+            open_session(backend, devs[0]).close()
+        total = sum(e["frames"] for e in entries)
+        frames_done = 0
+
+        def on_done(done: int, out: Outcome) -> None:
+            nonlocal frames_done
+            frames_done += entries[out.index]["frames"]
+            if progress is not None:
+                progress(frames_done, total)
+
+        files = [str(Path(base) / e["file"]) for e in entries]
+        client = open_client(jobs, scheduler)
+        try:
+            outcomes = run(client, files, conformance_task, (str(base), backend, devs, explicit),
+                           on_done=on_done, extra=[(e,) for e in entries])
+        finally:
+            close_client(client)
+        fatal = next((o for o in outcomes if o.fatal), None)
+        if fatal is not None:
+            from .errors import NativeLibraryError
+            raise (NativeLibraryError if "native extension" in (fatal.error or "") else DeviceError)(fatal.error)
+        results = []
+        for e, o in zip(entries, outcomes):
+            if o.result is None:
+                o.result = ClipResult(name=e["name"], description=e.get("description", ""),
+                                      pix_fmt=e["pix_fmt"], expected_frames=e["frames"], error=o.error)
+            results.append(o.result)
+        first = next((o for o in outcomes if o.device), None)
+        return (results, first.device if first else "?", first.backend if first else backend,
+                first.note if first else "")
+    return check_all

@@ -89,59 +89,74 @@ class ConformanceRun:
         return sum(c.frames for c in self.clips)
 
 
-def run(manifest_path: str | os.PathLike, session, progress: Callable[[int, int], None] | None = None
-        ) -> ConformanceRun:
+def check_clip(entry: dict, base: Path, session,
+               progress: Callable[[int, "int | None"], None] | None = None) -> ClipResult:
+    """Check one manifest clip with ``session``. A file the pipeline refuses
+    becomes the clip's ``error``; device and extension failures propagate."""
+    res = ClipResult(name=entry["name"], description=entry.get("description", ""),
+                     pix_fmt=entry["pix_fmt"], expected_frames=entry["frames"])
+    expected = entry["framemd5"]
+    ref_ok, cand_ok = [], []
+
+    def on_frame(n: int, ref: Frame, cand: Frame) -> None:
+        want = expected[n] if n < len(expected) else None
+        r, c = frame_md5(ref) == want, frame_md5(cand) == want
+        ref_ok.append(r)
+        cand_ok.append(c)
+        if not (r and c) and res.first_md5_mismatch is None:
+            res.first_md5_mismatch = n
+
+    try:
+        fr = compare_file(base / entry["file"], session, progress=progress, on_frame=on_frame)
+    except (DeviceError, NativeLibraryError):
+        raise
+    except PyproresError as e:
+        res.error = str(e)
+    else:
+        res.frames = fr.frames
+        res.max_abs = {k: v.max_abs for k, v in fr.planes.items()}
+        res.identical = fr.bitexact
+        res.validation_messages = fr.validation_messages
+        res.reference_md5_ok = bool(ref_ok) and all(ref_ok) and len(ref_ok) == len(expected)
+        res.candidate_md5_ok = bool(cand_ok) and all(cand_ok) and len(cand_ok) == len(expected)
+    return res
+
+
+# check_all(entries, base, progress) -> (clip results in manifest order, device name, backend, note)
+CheckAll = Callable[[list, Path, "Callable[[int, int], None] | None"], "tuple[list[ClipResult], str, str, str]"]
+
+
+def run(manifest_path: str | os.PathLike, session=None, progress: Callable[[int, int], None] | None = None,
+        check_all: CheckAll | None = None) -> ConformanceRun:
     """Check every clip of the manifest with ``session`` (a native.Session or
-    anything with its interface)."""
+    anything with its interface), or with ``check_all`` (the clips spread
+    over workers: pyprores.cluster.conformance_clips)."""
     import time
     doc = load_manifest(manifest_path)
     base = Path(doc["_dir"])
     total = sum(c["frames"] for c in doc["clips"])
     started = datetime.datetime.now(datetime.timezone.utc)
     t0 = time.monotonic()
-    results = []
-    done_before = 0
-    for entry in doc["clips"]:
-        res = ClipResult(name=entry["name"], description=entry.get("description", ""),
-                         pix_fmt=entry["pix_fmt"], expected_frames=entry["frames"])
-        expected = entry["framemd5"]
-        ref_ok, cand_ok = [], []
+    if check_all is not None:
+        results, device, backend, note = check_all(doc["clips"], base, progress)
+    else:
+        results = []
+        done_before = 0
+        for entry in doc["clips"]:
+            def step(done: int, _total: int | None, _before=done_before) -> None:
+                if progress:
+                    progress(_before + done, total)
 
-        def on_frame(n: int, ref: Frame, cand: Frame) -> None:
-            want = expected[n] if n < len(expected) else None
-            r, c = frame_md5(ref) == want, frame_md5(cand) == want
-            ref_ok.append(r)
-            cand_ok.append(c)
-            if not (r and c) and res.first_md5_mismatch is None:
-                res.first_md5_mismatch = n
-
-        def step(done: int, _total: int | None, _before=done_before) -> None:
+            results.append(check_clip(entry, base, session, step))
+            done_before += entry["frames"]
             if progress:
-                progress(_before + done, total)
-
-        try:
-            fr = compare_file(base / entry["file"], session, progress=step, on_frame=on_frame)
-        except (DeviceError, NativeLibraryError):
-            raise
-        except PyproresError as e:
-            res.error = str(e)
-        else:
-            res.frames = fr.frames
-            res.max_abs = {k: v.max_abs for k, v in fr.planes.items()}
-            res.identical = fr.bitexact
-            res.validation_messages = fr.validation_messages
-            res.reference_md5_ok = bool(ref_ok) and all(ref_ok) and len(ref_ok) == len(expected)
-            res.candidate_md5_ok = bool(cand_ok) and all(cand_ok) and len(cand_ok) == len(expected)
-        results.append(res)
-        done_before += entry["frames"]
-        if progress:
-            progress(done_before, total)
+                progress(done_before, total)
+        device, backend = getattr(session, "device_name", "?"), getattr(session, "backend", "?")
+        note = getattr(session, "note", "") or ""
     return ConformanceRun(
-        manifest=os.fspath(manifest_path), mode=doc.get("mode", "?"),
-        device=getattr(session, "device_name", "?"), backend=getattr(session, "backend", "?"),
+        manifest=os.fspath(manifest_path), mode=doc.get("mode", "?"), device=device, backend=backend,
         ffmpeg=(doc.get("ffmpeg") or {}).get("version", "?"), corpus_command=doc.get("command"),
-        started=started, clips=results, seconds=time.monotonic() - t0,
-        note=getattr(session, "note", "") or "")
+        started=started, clips=results, seconds=time.monotonic() - t0, note=note)
 
 
 # -- Markdown ----------------------------------------------------------------------

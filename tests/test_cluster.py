@@ -186,3 +186,34 @@ def test_file_that_kills_every_worker_is_reported(client, clip_dir, tmp_path):
 def test_several_devices_need_jobs(capsys, clip_dir):
     code, out, err = run(["compare", clip_dir / "hq422.mov", "--device", "0", "--device", "1"], capsys)
     assert code == 2 and "--jobs" in err and out == ""
+
+
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory, ffmpeg_dir) -> Path:
+    """Five clips of the quick corpus (4:2:0 proxy to 4444 XQ with alpha, both field orders)
+    plus a sixth, truncated, that both runs must report the same way."""
+    from pyprores import corpus
+    d = tmp_path_factory.mktemp("corpus-small")
+    corpus.generate(d, "quick", ffmpeg_dir, jobs=1, recipes=corpus.quick_recipes()[::45])
+    doc = json.loads((d / "manifest.json").read_text())
+    bad = dict(doc["clips"][0], name="truncated", file="truncated.mov")
+    (d / "truncated.mov").write_bytes((d / doc["clips"][0]["file"]).read_bytes()[:3000])
+    doc["clips"].insert(2, bad)
+    (d / "manifest.json").write_text(json.dumps(doc))
+    return d
+
+
+def test_conformance_on_the_cluster_equals_serial(client, small_corpus, capsys):
+    def section(argv):
+        code, out, err = run(["conformance", small_corpus, "--no-progress", *argv], capsys)
+        lines = [line for line in out.splitlines()
+                 if not line.startswith(("- Date: ", "- Command: "))]   # run time, options
+        return code, lines, err
+    code, serial, err = section([])
+    pcode, dask, perr = section(["--scheduler", client.scheduler.address])
+    assert code == pcode == 1, err + perr
+    assert serial == dask
+    rows = [r for r in dask if r.startswith("| ")][1:]   # after the header
+    assert len(rows) == 6 and rows[2].startswith("| truncated |") and "**NO**" in rows[2]
+    assert all("| yes | match |" in r for i, r in enumerate(rows) if i != 2)
+    assert "- Result: **5/6 clips bit-exact**" in "\n".join(dask)
