@@ -272,17 +272,18 @@ def run(client, files: Sequence[str], task: Callable[..., Outcome], args: tuple,
         fut = client.submit(task, i, path, *(extra[i] if extra else ()), *args, pure=False,
                             key=f"pyprores-{task.__name__}-{i}-{os.urandom(4).hex()}")
         futures[fut] = i
+    import asyncio
     for fut in distributed.as_completed(list(futures)):
         i = futures[fut]
-        if fut.status == "finished":
+        # result(), not the status: a finished file whose result sat on a worker that died
+        # since is computed again, and result() waits for that.
+        try:
             out = fut.result()
-        else:
-            exc = fut.exception()
-            if isinstance(exc, distributed.KilledWorker):
-                text = "the worker checking it died (too many times: the file may crash the decoder)"
-            else:
-                text = f"{type(exc).__name__}: {exc}"
-            out = Outcome(i, error=f"{files[i]}: {text}")
+        except distributed.KilledWorker:
+            out = Outcome(i, error=f"{files[i]}: the worker checking it died (too many times: "
+                                   "the file may crash the decoder)")
+        except (Exception, asyncio.CancelledError) as exc:
+            out = Outcome(i, error=f"{files[i]}: {type(exc).__name__}: {exc}")
         fut.release()
         outcomes[i] = out
         if store is not None and out.result is not None:

@@ -217,3 +217,10 @@ def test_conformance_on_the_cluster_equals_serial(client, small_corpus, capsys):
     assert len(rows) == 6 and rows[2].startswith("| truncated |") and "**NO**" in rows[2]
     assert all("| yes | match |" in r for i, r in enumerate(rows) if i != 2)
     assert "- Result: **5/6 clips bit-exact**" in "\n".join(dask)
+
+
+def test_without_dask_a_one_line_error(monkeypatch, capsys, clip_dir):
+    monkeypatch.setitem(sys.modules, "distributed", None)
+    code, out, err = run(["compare", clip_dir / "hq422.mov", "--jobs", "2"], capsys)
+    assert code == 2 and out == ""
+    assert err.startswith("pyprores: error: ") and err.count("\n") == 1 and "pyprores[cluster]" in err
