@@ -92,12 +92,20 @@ def test_dry_run_passes_bench_options(pack: Path):
     (["--timeout", "nosuch=5", "bench"], "unknown step nosuch"),
     (["--clips", "8k-nothing", "bench"], "unknown clip 8k-nothing"),
     (["--fuzz-time", "x", "fuzz-gpu"], "take integers"),
+    (["--cluster-files", "0", "cluster"], "take integers"),
     (["--frobnicate", "bench"], "unknown option --frobnicate"),
 ])
 def test_usage_errors_exit_2(pack: Path, args: list[str], message: str):
     res = gpu_run("--pack", str(pack), "--dry-run", *args)
     assert res.returncode == 2, res.stdout
     assert message in res.stderr
+
+
+def test_dry_run_cluster_step(pack: Path):
+    res = gpu_run("--pack", str(pack), "--dry-run", "--cluster-files", "30", "cluster")
+    assert res.returncode == 0, res.stderr
+    assert "step cluster ff13: timeout 540 s" in res.stdout
+    assert "scripts/bench-cluster --files 30 --frames 4 --size 1920x1080" in res.stdout
 
 
 def test_missing_pack_and_out(pack: Path, tmp_path: Path):
@@ -110,7 +118,7 @@ def test_missing_pack_and_out(pack: Path, tmp_path: Path):
 def test_help_lists_the_steps():
     res = gpu_run("--help")
     assert res.returncode == 0
-    for step in ("check@B", "startup@B", "bench@B", "conformance@B", "fuzz-gpu@B", "ab@A,B", "memory@B"):
+    for step in ("check@B", "startup@B", "bench@B", "conformance@B", "fuzz-gpu@B", "ab@A,B", "memory@B", "cluster@B"):
         assert step in res.stdout
 
 
