@@ -149,14 +149,36 @@ class Outcome:
     note: str = ""
 
 
+def _frame_events(index: int, topic: str | None):
+    """A compare_file progress callback that tells the client, at most twice a
+    second, how many frames of file ``index`` are done (Dask worker events)."""
+    if not topic:
+        return None
+    try:
+        from distributed import get_worker
+        worker = get_worker()
+    except (ImportError, ValueError):
+        return None
+    import time
+    last = [0.0]
+
+    def report(done: int, total: int | None) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 0.5:
+            last[0] = now
+            worker.log_event(topic, [index, done])
+    return report
+
+
 def compare_task(index: int, path: str, backend: str, devices: Sequence[str | None] | None,
-                 explicit: bool, frames: int | None, worst: int) -> Outcome:
-    """Run on a worker: compare one file with this worker's session."""
+                 explicit: bool, frames: int | None, worst: int, topic: str | None = None) -> Outcome:
+    """Run on a worker: compare one file with this worker's session
+    (``topic``: where frame progress goes, see :class:`FilesProgress`)."""
     from .compare import compare_file
     from .errors import NativeLibraryError
     try:
         session = worker_session(backend, worker_device(devices, explicit))
-        result = compare_file(path, session, frames, worst)
+        result = compare_file(path, session, frames, worst, _frame_events(index, topic))
         note = getattr(session, "note", "")     # as the serial run adds it (cli.cmd_compare)
         if note:
             result.notes.append(f"Vulkan device {note}")
@@ -294,6 +316,51 @@ def run(client, files: Sequence[str], task: Callable[..., Outcome], args: tuple,
     return outcomes  # type: ignore[return-value]
 
 
+class FilesProgress:
+    """The progress of a cluster run on one line: ``F frames, files [###...] d/N``,
+    the files as they finish, the frames as the workers report them (at most
+    twice a second each). Error lines are printed on a line of their own."""
+
+    def __init__(self, bar, total: int) -> None:
+        self.bar = bar
+        self.total = total
+        self.files = 0
+        self.frames_finished = 0           # of finished files
+        self.frames_running: dict[int, int] = {}
+        self.finished: set[int] = set()
+        self.lock = threading.Lock()
+        self.topic = f"pyprores-frames-{os.urandom(6).hex()}"
+
+    def _draw(self) -> None:
+        if self.bar is None:
+            return
+        frames = self.frames_finished + sum(self.frames_running.values())
+        self.bar.label = f"{frames} frames, files"
+        self.bar(self.files, self.total)
+
+    def on_event(self, event) -> None:          # Dask's event handler: (timestamp, [index, done])
+        try:
+            index, done = event[1]
+        except (TypeError, ValueError, IndexError):
+            return
+        with self.lock:
+            if index not in self.finished:        # a late event must not count a file twice
+                self.frames_running[index] = max(done, self.frames_running.get(index, 0))
+                self._draw()
+
+    def file_done(self, done: int, out: Outcome, error: Callable[[str], None] | None) -> None:
+        with self.lock:
+            self.files = done
+            self.frames_running.pop(out.index, None)
+            self.finished.add(out.index)
+            self.frames_finished += getattr(out.result, "frames", 0) or 0
+            if out.error is not None and error is not None:
+                if self.bar is not None:
+                    self.bar.finish()
+                error(out.error)
+            self._draw()
+
+
 def compare_files(files: Sequence[str], *, backend: str, devices: Sequence[str] | None,
                   frames: int | None, worst: int, jobs: int | None = None, scheduler: str | None = None,
                   results_dir: str | None = None, progress=None,
@@ -311,20 +378,18 @@ def compare_files(files: Sequence[str], *, backend: str, devices: Sequence[str] 
     if results_dir:
         store = ResultStore(results_dir, {"backend": backend, "frames": frames, "worst": worst})
     failed = False
+    shown = FilesProgress(progress, len(files))
 
     def on_done(done: int, out: Outcome) -> None:
         nonlocal failed
-        if out.error is not None:
-            failed = True
-            if on_error:
-                on_error(out.error)
-        if progress is not None:
-            progress(done, len(files))
+        failed = failed or out.error is not None
+        shown.file_done(done, out, on_error)
 
     client = open_client(jobs, scheduler)
     try:
+        client.subscribe_topic(shown.topic, shown.on_event)
         outcomes = run(client, files, compare_task, (backend, list(devices or ()) or None, explicit,
-                                                     frames, worst), store, on_done)
+                                                     frames, worst, shown.topic), store, on_done)
     finally:
         close_client(client)
     return [o.result for o in outcomes if o.result is not None], failed

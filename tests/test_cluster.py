@@ -224,3 +224,11 @@ def test_without_dask_a_one_line_error(monkeypatch, capsys, clip_dir):
     code, out, err = run(["compare", clip_dir / "hq422.mov", "--jobs", "2"], capsys)
     assert code == 2 and out == ""
     assert err.startswith("pyprores: error: ") and err.count("\n") == 1 and "pyprores[cluster]" in err
+
+
+def test_progress_counts_files_and_frames(client, clip_dir, capsys):
+    files = files_of(clip_dir)
+    code, out, err = run(["compare", *files, "--scheduler", client.scheduler.address, "--progress"], capsys)
+    assert code == 0, err
+    assert "6 frames, files [" in err and "] 3/3" in err        # three files of two frames
+    assert "pyprores: error" not in err
