@@ -931,6 +931,9 @@ static int open_decoder(ppr_session *s, uint32_t tag, const ppr_frame_info *info
         }
         avctx->thread_count = 1;
         avctx->hwaccel_flags = AV_HWACCEL_FLAG_IGNORE_LEVEL | AV_HWACCEL_FLAG_ALLOW_PROFILE_MISMATCH;
+        /* The ProRes Vulkan hwaccel reports slices that failed to decode, as
+         * the software decoder always does, only when asked to (series patch 19). */
+        avctx->err_recognition |= AV_EF_BITSTREAM;
     } else {
         avctx->thread_count = s->threads;
         avctx->thread_type = FF_THREAD_SLICE;

@@ -306,7 +306,9 @@ int ppr_frame_end(ppr_session *session, ppr_planes *out);
  * of Y, Cb or Cr was not written (the frame is prefilled with 0xffff, which
  * no decoded sample takes, so a concealed slice keeps that value in the
  * caller's planes). Vulkan: the hwaccel's "concealed slice N of picture P"
- * log lines (series patch 19; without it, none). */
+ * log lines (series patch 19, which reports failed slices when error
+ * detection is asked for: vulkan sessions decode with err_detect bitstream;
+ * without the patch, none are listed). */
 int ppr_concealed_slices(ppr_session *session, int *pictures, int *slices, int max);
 
 /* The frame info of the frame begun with ppr_frame_begin (NULL when none).

@@ -18,6 +18,7 @@
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
 #include <libavutil/hwcontext.h>
+#include <libavutil/opt.h>
 #include <libavutil/pixdesc.h>
 
 static double now(void)
@@ -98,7 +99,8 @@ static int decode_all(Bench *b, AVPacket **pkts, int nb_pkts, int loops)
 int main(int argc, char **argv)
 {
     const char *path = NULL, *hw = "vulkan", *dev = NULL;
-    int threads = 0, loops = 10, nb_pkts = 0, ret, stream, ignore_err = 0;
+    int threads = 0, loops = 10, nb_pkts = 0, ret, stream;
+    const char *err_detect = NULL;
     AVFormatContext *fmt = NULL;
     AVPacket **pkts = NULL, *pkt;
     AVBufferRef *device = NULL;
@@ -117,14 +119,14 @@ int main(int argc, char **argv)
             dev = argv[++i];
         else if (!strcmp(argv[i], "--download"))
             b.download = 1;
-        else if (!strcmp(argv[i], "--ignore-err"))
-            ignore_err = 1;   /* -err_detect ignore_err: no per-frame error report */
+        else if (!strcmp(argv[i], "--err-detect") && i + 1 < argc)
+            err_detect = argv[++i];   /* e.g. "bitstream": the hwaccel reports damaged slices */
         else
             path = argv[i];
     }
     if (!path || loops < 1) {
         fprintf(stderr, "usage: decbench [--threads N] [--loops N] "
-                "[--hw vulkan|none] [--device DEV] [--download] [--ignore-err] FILE\n");
+                "[--hw vulkan|none] [--device DEV] [--download] [--err-detect FLAGS] FILE\n");
         return 2;
     }
 
@@ -175,8 +177,10 @@ int main(int argc, char **argv)
         return 1;
     avcodec_parameters_to_context(b.dec, fmt->streams[stream]->codecpar);
     b.dec->thread_count = threads;
-    if (ignore_err)
-        b.dec->err_recognition |= AV_EF_IGNORE_ERR;
+    if (err_detect && (ret = av_opt_set(b.dec, "err_detect", err_detect, 0)) < 0) {
+        fprintf(stderr, "bad --err-detect %s: %s\n", err_detect, av_err2str(ret));
+        return 2;
+    }
     if (device) {
         b.dec->hw_device_ctx = av_buffer_ref(device);
         b.dec->get_format = want_vulkan;
@@ -211,12 +215,12 @@ int main(int argc, char **argv)
     t4 = now();
     c4 = cpu_seconds();
 
-    printf("{\"file\": \"%s\", \"hw\": \"%s\", \"download\": %d, \"ignore_err\": %d, \"threads\": %d, "
+    printf("{\"file\": \"%s\", \"hw\": \"%s\", \"download\": %d, \"err_detect\": \"%s\", \"threads\": %d, "
            "\"packets\": %d, \"frames\": %ld, \"device_s\": %.4f, "
            "\"first_frame_s\": %.4f, \"fps\": %.1f, \"cpu_us_per_frame\": %.1f, "
            "\"ffmpeg\": \"%s\", \"libavcodec\": \"%u.%u.%u\"}\n",
-           path, hw, b.download, ignore_err, b.dec->thread_count, nb_pkts, b.frames,
-           t1 - t0, t2 - t1, b.frames / (t4 - t3), (c4 - c3) * 1e6 / b.frames,
+           path, hw, b.download, err_detect ? err_detect : "", b.dec->thread_count, nb_pkts,
+           b.frames, t1 - t0, t2 - t1, b.frames / (t4 - t3), (c4 - c3) * 1e6 / b.frames,
            av_version_info(), avcodec_version() >> 16, (avcodec_version() >> 8) & 0xff,
            avcodec_version() & 0xff);
 

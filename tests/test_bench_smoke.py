@@ -39,22 +39,22 @@ def test_bench_quick_runs_and_reports_bitexact(tmp_path):
     assert "bit-exact" in proc.stdout
 
 
-def test_bench_ignore_err_modes(tmp_path):
-    """The A/B of the damaged-slice report: vk-ie and api-ie run with
-    -err_detect ignore_err (decbench --ignore-err) beside vk and api."""
+def test_bench_err_detect_modes(tmp_path):
+    """The A/B of the damaged-slice report: vk-ed and api-ed run with
+    -err_detect bitstream (decbench --err-detect bitstream) beside vk and api."""
     ffdir = Path(os.environ.get("PYPRORES_FFMPEG_DIR", REPO / "build" / "ffmpeg"))
     if not (ffdir / "bin" / "ffmpeg").exists():
         pytest.skip("no FFmpeg build; run ./scripts/setup")
     out = tmp_path / "bench.json"
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench"), "--ffmpeg", str(ffdir),
-                           "--quick", "--clips", "q-422hq", "--modes", "vk,vk-ie,api,api-ie,api-dl-ie",
+                           "--quick", "--clips", "q-422hq", "--modes", "vk,vk-ed,api,api-ed,api-dl-ed",
                            "--json", str(out)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     clip = json.loads(out.read_text())["clips"][0]
-    for mode in ("vk", "vk-ie", "api", "api-ie", "api-dl-ie"):
+    for mode in ("vk", "vk-ed", "api", "api-ed", "api-dl-ed"):
         assert clip["modes"][mode]["fps"] > 0, mode
-    assert clip["modes"]["api-ie"]["frames"] == clip["modes"]["api"]["frames"] > 0
-    assert "vk-ie" in proc.stdout
+    assert clip["modes"]["api-ed"]["frames"] == clip["modes"]["api"]["frames"] > 0
+    assert "vk-ed" in proc.stdout
 
 
 def test_bench_times_several_builds_in_turn(tmp_path):

@@ -3,8 +3,10 @@
 The software decoder flags a frame (``decode_error_flags``) when some of its
 slices fail to decode and refuses it when every slice of a picture does;
 since series patch 19 the Vulkan hwaccel does the same, from the status its
-shaders record per slice. Here: the ffmpeg command line with frame threads
-and each ``-err_detect`` mode, ``pyprores.native``'s per-slice report on
+shaders record per slice, when error detection is asked for (``-err_detect
+bitstream`` and the like: the frame then waits for the GPU before it is
+returned, which is why it is not the default). Here: the ffmpeg command
+line with frame threads and each ``-err_detect`` mode, ``pyprores.native``'s per-slice report on
 both backends, and ``pyprores compare``, which leaves slices both decoders
 concealed out of its figures. ``tests/test_regressions.py`` runs the
 ``conceal-*`` inputs (one per failure class) through both backends, and the
@@ -68,7 +70,7 @@ def test_ffmpeg_flags_the_damaged_frame_like_software(run_ffmpeg, damaged):
     """Frame threads (ffmpeg's default): the damaged frame, and only it, is
     reported corrupt by both decoders; the undamaged frames are identical."""
     sw, sw_frames = _run(run_ffmpeg, damaged["path"], vulkan=False)
-    vk, vk_frames = _run(run_ffmpeg, damaged["path"])
+    vk, vk_frames = _run(run_ffmpeg, damaged["path"], "-err_detect", "bitstream")
     assert sw.returncode == vk.returncode == 0, vk.stderr[-2000:]
     assert len(sw_frames) == len(vk_frames) == 3
     assert sw_frames[1:] == vk_frames[1:]
@@ -79,15 +81,20 @@ def test_ffmpeg_flags_the_damaged_frame_like_software(run_ffmpeg, damaged):
 
 @needs_vk
 def test_ffmpeg_logs_each_concealed_slice_at_debug_level(run_ffmpeg, damaged):
-    res, _ = _run(run_ffmpeg, damaged["path"], "-threads", "1", level="debug")
+    res, _ = _run(run_ffmpeg, damaged["path"], "-threads", "1", "-err_detect", "careful", level="debug")
     assert "concealed slice 3 of picture 0" in res.stderr
     assert res.stderr.count("concealed slice ") == 1
 
 
 @needs_vk
-def test_ignore_err_turns_the_report_off(run_ffmpeg, damaged):
-    res, frames = _run(run_ffmpeg, damaged["path"], "-err_detect", "ignore_err")
-    assert res.returncode == 0 and len(frames) == 3
+@pytest.mark.parametrize("opts", [(), ("-err_detect", "bitstream+ignore_err")])
+def test_no_report_by_default_or_with_ignore_err(run_ffmpeg, damaged, opts):
+    """Without error detection (or with ignore_err) frames are returned
+    without waiting for the GPU, so a slice that fails there goes unflagged;
+    the pixels are the same."""
+    res, frames = _run(run_ffmpeg, damaged["path"], *opts)
+    _, reported = _run(run_ffmpeg, damaged["path"], "-err_detect", "bitstream")
+    assert res.returncode == 0 and frames == reported and len(frames) == 3
     assert FAILED not in res.stderr and "corrupt decoded frame" not in res.stderr
 
 
