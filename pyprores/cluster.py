@@ -371,9 +371,10 @@ def compare_files(files: Sequence[str], *, backend: str, devices: Sequence[str] 
     explicit = bool(devices)
     if not explicit and not scheduler:
         devices = local_devices(backend)
-        # Fail fast, as the serial run does, when the device cannot be opened here.
-        from .candidate import open_session
-        open_session(backend, devices[0]).close()
+        if devices == [None]:
+            # Nothing found: fail fast here, as the serial run does, when no device opens at all.
+            from .candidate import open_session
+            open_session(backend, None).close()
     store = None
     if results_dir:
         store = ResultStore(results_dir, {"backend": backend, "frames": frames, "worst": worst})
@@ -406,8 +407,9 @@ def conformance_clips(*, backend: str, devices: Sequence[str] | None, jobs: int 
         devs = list(devices or ()) or None
         if not explicit and not scheduler:
             devs = local_devices(backend)
-            from .candidate import open_session
-            open_session(backend, devs[0]).close()
+            if devs == [None]:
+                from .candidate import open_session
+                open_session(backend, None).close()
         total = sum(e["frames"] for e in entries)
         frames_done = 0
 

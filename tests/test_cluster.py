@@ -232,3 +232,15 @@ def test_progress_counts_files_and_frames(client, clip_dir, capsys):
     assert code == 0, err
     assert "6 frames, files [" in err and "] 3/3" in err        # three files of two frames
     assert "pyprores: error" not in err
+
+
+def test_no_device_stops_before_any_worker_starts(monkeypatch, capsys, clip_dir):
+    import types
+    from pyprores.errors import DeviceError
+
+    def no_device(*a, **k):
+        raise DeviceError("no Vulkan device found; install mesa-vulkan-drivers")
+    monkeypatch.setattr(candidate, "load_native", lambda: types.SimpleNamespace(Session=no_device))
+    monkeypatch.setattr(cluster, "open_client", lambda *a, **k: pytest.fail("a cluster was started"))
+    code, out, err = run(["compare", clip_dir, "--jobs", "2"], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1 and "no Vulkan device" in err
