@@ -247,6 +247,13 @@ class ResultStore:
         os.replace(tmp, f)
 
 
+# A worker holds one file at a time (Dask's default, 1.1, gives a one-thread worker a second
+# one in advance): when a worker dies, only the file it was checking counts the death
+# (allowed-failures), not an innocent one queued behind it. For --scheduler, configure the
+# cluster's scheduler the same way (DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION=1.0).
+LOCAL_SCHEDULER_CONFIG = {"distributed.scheduler.worker-saturation": 1.0}
+
+
 def open_client(jobs: int | None = None, scheduler: str | None = None):
     """A Dask client: on ``scheduler``, else on a new LocalCluster of ``jobs``
     single-threaded worker processes. Close it (context manager) when done."""
@@ -257,8 +264,10 @@ def open_client(jobs: int | None = None, scheduler: str | None = None):
         except (OSError, TimeoutError) as e:
             raise PyproresError(f"cannot reach the Dask scheduler {scheduler}: {e}") from e
     import logging
-    cluster = distributed.LocalCluster(n_workers=jobs or 1, threads_per_worker=1, processes=True,
-                                       dashboard_address=None, silence_logs=logging.ERROR)
+    import dask
+    with dask.config.set(LOCAL_SCHEDULER_CONFIG):
+        cluster = distributed.LocalCluster(n_workers=jobs or 1, threads_per_worker=1, processes=True,
+                                           dashboard_address=None, silence_logs=logging.ERROR)
     client = distributed.Client(cluster)
     client._pyprores_cluster = cluster   # closed with the client (see close_client)
     return client

@@ -56,7 +56,7 @@ def client():
     (allowed-failures 1: the second death of a file's worker is final)."""
     import dask
     import logging
-    with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
+    with dask.config.set({"distributed.scheduler.allowed-failures": 1, **cluster.LOCAL_SCHEDULER_CONFIG}):
         with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                       dashboard_address=None, silence_logs=logging.ERROR) as lc:
             with distributed.Client(lc) as c:
