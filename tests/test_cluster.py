@@ -97,7 +97,9 @@ def test_devices_round_robin_over_worker_names(monkeypatch):
 def test_jobs_report_equals_serial(clip_dir, tmp_path, capsys):
     code, out, err = run(["compare", clip_dir, "--json", tmp_path / "serial.json"], capsys)
     assert code == 0, err
-    pcode, pout, perr = run(["compare", clip_dir, "--jobs", "2", "--json", tmp_path / "jobs.json"], capsys)
+    # two --device (the same lavapipe, by index and by name): the workers take one each
+    pcode, pout, perr = run(["compare", clip_dir, "--jobs", "2", "--device", "0", "--device", "llvmpipe",
+                             "--json", tmp_path / "jobs.json"], capsys)
     assert pcode == 0, perr
     assert (tmp_path / "serial.json").read_text() == (tmp_path / "jobs.json").read_text()
     assert out == pout and "TOTAL: 4 file(s)" in out
