@@ -43,6 +43,18 @@ def cli(*args, env_extra=None, timeout=900) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout, cwd=REPO, env=env)
 
 
+def cli_9(*args, **kw) -> subprocess.CompletedProcess:
+    """cli(), run once more if a signal killed it. FFmpeg 9.0.2's Vulkan teardown crashes
+    lavapipe's queue thread in a few percent of processes (SIGSEGV in vkDestroyDevice at
+    exit, unpatched 9.0.2 too; docs/SERIES.md, open): a second crash in a row still fails."""
+    res = cli(*args, **kw)
+    if res.returncode < 0:
+        first = res.returncode
+        res = cli(*args, **kw)
+        res.stderr += f"\n[test_builds: the first run died of signal {-first} and was repeated]"
+    return res
+
+
 def py(code: str, env_extra=None, timeout=300) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.pop(builds.ENV_BUILD, None)
@@ -161,7 +173,7 @@ def test_build_info_of_the_other_build(other_build):
 def test_compare_on_the_other_build(other_build, tmp_path):
     """pyprores --build NAME compare: the default clips decode, and the report says which build."""
     out = tmp_path / "r.json"
-    res = cli("--build", BUILD, "compare", "--json", out, "--workdir", tmp_path / "clips", "--quiet")
+    res = cli_9("--build", BUILD, "compare", "--json", out, "--workdir", tmp_path / "clips", "--quiet")
     assert res.returncode in (0, 1), res.stderr[-2000:]
     doc = json.loads(out.read_text())
     assert doc["ffmpeg"]["build"] == BUILD and doc["ffmpeg"]["version"].startswith("9.0")
@@ -178,8 +190,8 @@ def quick_run(other_build, tmp_path_factory) -> dict:
     res = cli("--build", BUILD, "corpus", d, "--quick", "--no-progress")
     assert res.returncode == 0, res.stderr[-3000:]
     table = d / "conformance.md"
-    res = cli("--build", BUILD, "conformance", d / "manifest.json", "--out", table, "--no-progress",
-              timeout=1800)
+    res = cli_9("--build", BUILD, "conformance", d / "manifest.json", "--out", table, "--no-progress",
+                timeout=1800)
     assert res.returncode in (0, 1), res.stdout[-2000:] + res.stderr[-3000:]
     text = table.read_text()
     rows = [[c.strip() for c in line.strip().strip("|").split("|")]
