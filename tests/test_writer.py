@@ -478,9 +478,8 @@ def test_vulkan_rejects_what_software_rejects(vk):
 
 
 @needs_vk
-@pytest.mark.xfail(reason="the Vulkan path does not flag a frame with an undecodable slice "
-                          "as corrupt; the software decoder sets decode_error_flags", strict=False)
 def test_vulkan_flags_corrupt_slices(vk):
+    """7.1.5 patch 19: a frame with an undecodable slice is flagged corrupt, as software does."""
     spec = _matrix_spec("422", 0, 0, 1, (64, 32), qscale=2)
     rng = np.random.default_rng(5)
     spec.raw_slices = {(0, 2): bytes([6 << 3, 4]) + rng.integers(0, 256, 40, np.uint8).tobytes()}
