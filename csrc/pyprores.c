@@ -84,6 +84,17 @@ struct ppr_session {
     ppr_frame_info frame_info;
     submitted_slice *subs[2];
 
+    /* streaming: ppr_send_packet/ppr_receive_frame */
+    int stream;                     /* avctx was opened for streaming */
+    int stream_threads;             /* vulkan frame threads */
+    unsigned stream_flags;          /* PPR_STREAM_* */
+    int st_in_flight;               /* packets accepted, frames not received */
+    int st_draining;                /* NULL packet sent */
+    int st_eof;                     /* the decoder returned AVERROR_EOF */
+    int st_have;                    /* s->frame holds a received frame */
+    enum AVPixelFormat st_fmt;      /* its (downloaded) format */
+    ppr_planes st_layout;           /* its planes */
+
     struct ppr_session *next;       /* registry of live sessions */
 };
 
@@ -929,16 +940,21 @@ static int open_decoder(ppr_session *s, uint32_t tag, const ppr_frame_info *info
             avcodec_free_context(&avctx);
             return sfail(s, PPR_ENOMEM, "out of memory");
         }
-        avctx->thread_count = 1;
+        avctx->thread_count = s->stream ? s->stream_threads : 1;
+        if (s->stream)
+            avctx->thread_type = FF_THREAD_FRAME;
         avctx->hwaccel_flags = AV_HWACCEL_FLAG_IGNORE_LEVEL | AV_HWACCEL_FLAG_ALLOW_PROFILE_MISMATCH;
         /* The ProRes Vulkan hwaccel reports slices that failed to decode, as
          * the software decoder always does, only when asked to (series patch 19). */
-        avctx->err_recognition |= AV_EF_BITSTREAM;
+        if (!s->stream || (s->stream_flags & PPR_STREAM_ERR_DETECT))
+            avctx->err_recognition |= AV_EF_BITSTREAM;
     } else {
         avctx->thread_count = s->threads;
         avctx->thread_type = FF_THREAD_SLICE;
         avctx->get_buffer2 = prefill_get_buffer;
     }
+    if (s->stream)
+        avctx->flags |= AV_CODEC_FLAG_COPY_OPAQUE;   /* the packet travels with its frame */
     ret = avcodec_open2(avctx, codec, NULL);
     if (ret < 0) {
         char msg[PPR_MSG_SIZE];
@@ -1027,8 +1043,9 @@ static int decode_packet(ppr_session *s, const uint8_t *data, size_t size, uint3
     if (size > INT_MAX - AV_INPUT_BUFFER_PADDING_SIZE)
         return sfail(s, PPR_EINVAL, "packet too large");
 
-    if (!s->avctx || s->need_reopen || tag != s->cur_tag || info->width != s->cur_width ||
-        info->height != s->cur_height || fmt != s->cur_fmt) {
+    if (!s->avctx || s->stream || s->need_reopen || tag != s->cur_tag ||
+        info->width != s->cur_width || info->height != s->cur_height || fmt != s->cur_fmt) {
+        s->stream = 0;
         if ((ret = open_decoder(s, tag, info, fmt)) < 0)
             return ret;
     }
@@ -1363,5 +1380,330 @@ int ppr_frame_end(ppr_session *s, ppr_planes *out)
     ret = decode_packet(s, buf, total, fi->codec_tag, fi, out);
     free(buf);
     end_frame_state(s);
+    return leave(ret);
+}
+
+/* ------------------------------------------------------------------------ */
+/* streaming                                                                  */
+
+static void stream_state_reset(ppr_session *s)
+{
+    s->st_in_flight = 0;
+    s->st_draining = 0;
+    s->st_eof = 0;
+    s->st_have = 0;
+}
+
+int ppr_stream_config(ppr_session *s, int frame_threads, unsigned flags)
+{
+    enter(s);
+    if (!s)
+        return leave(ppr__fail(PPR_EINVAL, "session is NULL"));
+    if (frame_threads < 0 || frame_threads > 64)
+        return leave(sfail(s, PPR_EINVAL, "frame_threads must be 0..64, not %d", frame_threads));
+    if (s->stream && s->avctx)
+        return leave(sfail(s, PPR_EINVAL, "the stream has started: ppr_stream_reset first"));
+    s->stream_threads = frame_threads ? frame_threads : 4;
+    s->stream_flags = flags;
+    return leave(0);
+}
+
+void ppr_stream_reset(ppr_session *s)
+{
+    if (!s)
+        return;
+    ppr__ensure_init();
+    tls_session = s;
+    if (s->stream)
+        avcodec_free_context(&s->avctx);   /* joins the frame threads */
+    s->stream = 0;
+    av_frame_unref(s->frame);
+    av_frame_unref(s->swframe);
+    stream_state_reset(s);
+    tls_session = NULL;
+}
+
+int ppr_send_packet(ppr_session *s, const uint8_t *pkt, size_t size, uint32_t tag, int64_t pts)
+{
+    ppr_frame_info info;
+    enum AVPixelFormat fmt;
+    char msg[PPR_MSG_SIZE];
+    int ret;
+
+    enter(s);
+    if (!s)
+        return leave(ppr__fail(PPR_EINVAL, "session is NULL"));
+    if (!pkt) {                                     /* end of stream */
+        if (!s->stream || !s->avctx || s->st_draining || s->st_eof)
+            return leave(0);
+        ret = avcodec_send_packet(s->avctx, NULL);
+        if (ret < 0 && ret != AVERROR_EOF)
+            return leave(sfail(s, PPR_EDECODE, "could not drain the decoder: %s",
+                               av_err2str(ret)));
+        s->st_draining = 1;
+        return leave(0);
+    }
+    if (size > INT_MAX - AV_INPUT_BUFFER_PADDING_SIZE)
+        return leave(sfail(s, PPR_EINVAL, "packet too large"));
+    /* as ppr_decode: the software decoder gets only packets that the header
+     * parser accepts, the hwaccel those with a sound frame header */
+    ret = s->backend == BACKEND_SOFTWARE ? session_inspect(s, pkt, size, tag, &info)
+                                         : ppr_inspect_header(pkt, size, tag, &info);
+    if (ret < 0) {
+        if (s->backend != BACKEND_SOFTWARE)
+            snprintf(s->err, sizeof(s->err), "%s", tls_err);
+        return leave(ret);
+    }
+    fmt = av_get_pix_fmt(info.pix_fmt);
+
+    if (!s->avctx || !s->stream || s->need_reopen || tag != s->cur_tag ||
+        info.width != s->cur_width || info.height != s->cur_height || fmt != s->cur_fmt) {
+        if (s->avctx && s->stream && s->st_in_flight > 0 && !s->st_eof) {
+            /* a new size or format: the frames in flight come out first */
+            if (!s->st_draining) {
+                avcodec_send_packet(s->avctx, NULL);
+                s->st_draining = 1;
+            }
+            ppr_frame_info_free(&info);
+            return leave(sfail(s, PPR_EAGAIN, "the stream changes: receive the frames in flight"));
+        }
+        av_frame_unref(s->frame);
+        stream_state_reset(s);
+        if (!s->stream_threads)
+            s->stream_threads = 4;
+        s->stream = 1;
+        ret = open_decoder(s, tag, &info, fmt);
+        if (ret < 0) {
+            s->stream = 0;
+            ppr_frame_info_free(&info);
+            return leave(ret);
+        }
+    } else if (s->st_eof || s->st_draining) {
+        if (s->st_in_flight > 0 && !s->st_eof) {
+            ppr_frame_info_free(&info);
+            return leave(sfail(s, PPR_EAGAIN, "the stream is draining: receive its frames"));
+        }
+        avcodec_flush_buffers(s->avctx);
+        stream_state_reset(s);
+    }
+    ppr_frame_info_free(&info);
+
+    av_packet_unref(s->pkt);
+    if (av_new_packet(s->pkt, (int)size) < 0)
+        return leave(sfail(s, PPR_ENOMEM, "out of memory"));
+    memcpy(s->pkt->data, pkt, size);
+    s->pkt->pts = pts;
+    s->pkt->opaque_ref = av_buffer_ref(s->pkt->buf);
+    if (!s->pkt->opaque_ref) {
+        av_packet_unref(s->pkt);
+        return leave(sfail(s, PPR_ENOMEM, "out of memory"));
+    }
+    s->format_failed = 0;
+    ret = avcodec_send_packet(s->avctx, s->pkt);
+    av_packet_unref(s->pkt);
+    if (ret == AVERROR(EAGAIN))
+        return leave(sfail(s, PPR_EAGAIN, "the decoder is full: receive a frame"));
+    if (ret < 0) {
+        last_av_error(s, msg, sizeof(msg));
+        if (s->format_failed)
+            return leave(sfail(s, s->format_failed, "%s", msg[0] ? msg :
+                               "this FFmpeg build has no ProRes Vulkan hwaccel"));
+        if (ret == AVERROR(ENOMEM))
+            return leave(sfail(s, PPR_ENOMEM, "out of memory while decoding"));
+        return leave(sfail(s, PPR_EDECODE, "FFmpeg could not decode the frame: %s%s%s",
+                           av_err2str(ret), msg[0] ? " - " : "", msg));
+    }
+    s->st_in_flight++;
+    return leave(0);
+}
+
+int ppr_receive_frame(ppr_session *s, ppr_stream_frame *out)
+{
+    const AVPixFmtDescriptor *desc;
+    char msg[PPR_MSG_SIZE];
+    int ret, i, cw;
+
+    enter(s);
+    if (!s || !out)
+        return leave(ppr__fail(PPR_EINVAL, "session or out is NULL"));
+    memset(out, 0, sizeof(*out));
+    av_frame_unref(s->frame);
+    av_frame_unref(s->swframe);
+    s->st_have = 0;
+    if (!s->stream || !s->avctx)
+        return leave(PPR_RECV_AGAIN);
+    if (s->st_eof)
+        return leave(PPR_RECV_EOF);
+    pthread_mutex_lock(&g_lock);
+    s->nb_concealed = 0;
+    pthread_mutex_unlock(&g_lock);
+
+    ret = avcodec_receive_frame(s->avctx, s->frame);
+    if (ret == AVERROR(EAGAIN))
+        return leave(PPR_RECV_AGAIN);
+    if (ret == AVERROR_EOF) {
+        s->st_eof = 1;
+        s->st_draining = 0;
+        s->st_in_flight = 0;
+        return leave(PPR_RECV_EOF);
+    }
+    if (s->st_in_flight > 0)
+        s->st_in_flight--;
+    if (ret < 0) {
+        last_av_error(s, msg, sizeof(msg));
+        if (s->format_failed)
+            return leave(sfail(s, s->format_failed, "%s", msg[0] ? msg :
+                               "this FFmpeg build has no ProRes Vulkan hwaccel"));
+        if (ret == AVERROR(ENOMEM))
+            return leave(sfail(s, PPR_ENOMEM, "out of memory while decoding"));
+        return leave(sfail(s, PPR_EDECODE, "FFmpeg could not decode the frame: %s%s%s",
+                           av_err2str(ret), msg[0] ? " - " : "", msg));
+    }
+
+    if (s->backend == BACKEND_VULKAN) {
+        if (s->frame->format != AV_PIX_FMT_VULKAN || !s->frame->hw_frames_ctx) {
+            int f = s->frame->format;
+            av_frame_unref(s->frame);
+            s->need_reopen = 1;
+            return leave(sfail(s, PPR_ENOHWACCEL, "the decoder returned a %s frame instead of "
+                               "a Vulkan frame; not accepting a software fallback",
+                               av_get_pix_fmt_name(f) ? av_get_pix_fmt_name(f) : "?"));
+        }
+        s->st_fmt = ((const AVHWFramesContext *)s->frame->hw_frames_ctx->data)->sw_format;
+    } else {
+        s->st_fmt = s->frame->format;
+    }
+    desc = av_pix_fmt_desc_get(s->st_fmt);
+    if (!desc || (desc->flags & AV_PIX_FMT_FLAG_HWACCEL) || desc->comp[0].depth <= 8 ||
+        s->frame->width <= 0 || s->frame->height <= 0) {
+        av_frame_unref(s->frame);
+        return leave(sfail(s, PPR_EDECODE, "unexpected decoder output %s %dx%d",
+                           desc ? desc->name : "?", s->frame->width, s->frame->height));
+    }
+
+    out->width = s->frame->width;
+    out->height = s->frame->height;
+    snprintf(out->pix_fmt, sizeof(out->pix_fmt), "%s", desc->name);
+    out->bit_depth = desc->comp[0].depth;
+    out->pts = s->frame->pts;
+    out->interlaced = !!(s->frame->flags & AV_FRAME_FLAG_INTERLACED);
+    out->top_field_first = !!(s->frame->flags & AV_FRAME_FLAG_TOP_FIELD_FIRST);
+    out->corrupt = s->frame->decode_error_flags != 0 ||
+                   (s->frame->flags & AV_FRAME_FLAG_CORRUPT) != 0;
+    out->error_flags = s->frame->decode_error_flags;
+    if (s->backend == BACKEND_SOFTWARE && out->corrupt && s->frame->opaque_ref &&
+        s->frame->opaque_ref->size > AV_INPUT_BUFFER_PADDING_SIZE)
+        find_software_concealed(s, s->frame->opaque_ref->data,
+                                s->frame->opaque_ref->size - AV_INPUT_BUFFER_PADDING_SIZE,
+                                s->cur_tag, s->frame);
+    av_buffer_unref(&s->frame->opaque_ref);
+    pthread_mutex_lock(&g_lock);
+    out->concealed = s->backend == BACKEND_SOFTWARE ? s->nb_concealed : 0;
+    if (s->backend != BACKEND_SOFTWARE)
+        s->nb_concealed = 0;   /* frame threads interleave the hwaccel's lines */
+    pthread_mutex_unlock(&g_lock);
+
+    memset(&out->layout, 0, sizeof(out->layout));
+    out->layout.count = av_pix_fmt_count_planes(s->st_fmt);
+    if (out->layout.count > 4)
+        out->layout.count = 4;
+    cw = AV_CEIL_RSHIFT(out->width, desc->log2_chroma_w);
+    for (i = 0; i < out->layout.count; i++) {
+        out->layout.plane[i].width = (i == 1 || i == 2) ? cw : out->width;
+        out->layout.plane[i].height = (i == 1 || i == 2) ?
+                                      AV_CEIL_RSHIFT(out->height, desc->log2_chroma_h) : out->height;
+        out->layout.plane[i].stride = (ptrdiff_t)out->layout.plane[i].width * 2;
+    }
+    out->layout.corrupt = out->corrupt;
+    out->layout.error_flags = out->error_flags;
+    out->layout.concealed = out->concealed;
+    s->st_layout = out->layout;
+    s->st_have = 1;
+    return leave(PPR_RECV_FRAME);
+}
+
+int ppr_download_frame(ppr_session *s, ppr_planes *out)
+{
+    const ppr_planes *want;
+    AVFrame *src;
+    char msg[PPR_MSG_SIZE];
+    int i, ret, direct = 1;
+
+    enter(s);
+    if (!s || !out)
+        return leave(ppr__fail(PPR_EINVAL, "session or planes is NULL"));
+    if (!s->stream || !s->st_have)
+        return leave(sfail(s, PPR_EINVAL, "no frame received: call ppr_receive_frame first"));
+    want = &s->st_layout;
+    if (out->count != want->count)
+        return leave(sfail(s, PPR_EINVAL, "the frame has %d planes, got %d",
+                           want->count, out->count));
+    for (i = 0; i < want->count; i++) {
+        const ppr_plane *p = &out->plane[i];
+        if (p->width != want->plane[i].width || p->height != want->plane[i].height)
+            return leave(sfail(s, PPR_EINVAL, "plane %d: the frame's plane is %dx%d, got %dx%d",
+                               i, want->plane[i].width, want->plane[i].height,
+                               p->width, p->height));
+        if (p->data && p->stride < (ptrdiff_t)p->width * 2)
+            return leave(sfail(s, PPR_EINVAL, "plane %d: stride %td < %d bytes per row", i,
+                               p->stride, p->width * 2));
+        if (!p->data || p->stride != (ptrdiff_t)p->width * 2)
+            direct = 0;
+    }
+    out->corrupt = want->corrupt;
+    out->error_flags = want->error_flags;
+    out->concealed = want->concealed;
+
+    src = s->frame;
+    if (s->backend == BACKEND_VULKAN) {
+        AVFrame *dst = s->swframe;
+        av_frame_unref(dst);
+        if (direct) {
+            /* hwcontext_vulkan writes whole rows: only unpadded planes */
+            dst->buf[0] = av_buffer_create((uint8_t *)out->plane[0].data,
+                                           (size_t)out->plane[0].stride * out->plane[0].height,
+                                           keep_caller_memory, NULL, 0);
+            if (!dst->buf[0]) {
+                ret = sfail(s, PPR_ENOMEM, "out of memory");
+                goto end;
+            }
+            dst->format = s->st_fmt;
+            dst->width  = s->frame->width;
+            dst->height = s->frame->height;
+            for (i = 0; i < out->count; i++) {
+                dst->data[i]     = (uint8_t *)out->plane[i].data;
+                dst->linesize[i] = (int)out->plane[i].stride;
+            }
+        }
+        ret = av_hwframe_transfer_data(dst, s->frame, 0);
+        if (ret < 0) {
+            last_av_error(s, msg, sizeof(msg));
+            ret = sfail(s, ret == AVERROR(ENOMEM) ? PPR_ENOMEM : PPR_EDECODE,
+                        "could not download the Vulkan frame: %s%s%s", av_err2str(ret),
+                        msg[0] ? " - " : "", msg);
+            goto end;
+        }
+        src = dst;
+    } else {
+        direct = 0;
+    }
+    ret = 0;
+    for (i = 0; i < out->count && !direct; i++) {
+        const ppr_plane *p = &out->plane[i];
+        int y;
+        if (!p->data)
+            continue;
+        if (!src->data[i]) {
+            ret = sfail(s, PPR_EDECODE, "the decoded frame has no plane %d", i);
+            goto end;
+        }
+        for (y = 0; y < p->height; y++)
+            memcpy((uint8_t *)p->data + (ptrdiff_t)y * p->stride,
+                   src->data[i] + (ptrdiff_t)y * src->linesize[i], (size_t)p->width * 2);
+    }
+end:
+    av_frame_unref(s->frame);
+    av_frame_unref(s->swframe);
+    s->st_have = 0;
     return leave(ret);
 }

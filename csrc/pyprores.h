@@ -60,7 +60,8 @@ enum {
     PPR_ENOHWACCEL = -20004, /* this FFmpeg build has no ProRes Vulkan hwaccel, or it failed to start */
     PPR_ETRUNCATED = -20005, /* the packet ends before the headers/slices it declares */
     PPR_EDECODE    = -20006, /* invalid header field, or FFmpeg's decoder rejected the data */
-    PPR_ENOMEM     = -20007  /* out of memory */
+    PPR_ENOMEM     = -20007, /* out of memory */
+    PPR_EAGAIN     = -20008  /* streaming: receive frames first, then send the packet again */
 };
 
 /* Field of a coded picture (ppr_picture_info.field). */
@@ -314,6 +315,75 @@ int ppr_concealed_slices(ppr_session *session, int *pictures, int *slices, int m
 /* The frame info of the frame begun with ppr_frame_begin (NULL when none).
  * Owned by the session; valid until ppr_frame_end/ppr_close. */
 const ppr_frame_info *ppr_frame_current(ppr_session *session);
+
+/* --- streaming ------------------------------------------------------------- */
+
+/* Several frames in flight: packets go in with ppr_send_packet(), frames come
+ * out with ppr_receive_frame() and are written to caller planes with
+ * ppr_download_frame(), as avcodec_send_packet/avcodec_receive_frame do.
+ * A vulkan session decodes with `frame_threads` frame threads (FFmpeg's frame
+ * threading: that many frames decode at once on the GPU while the caller
+ * downloads an earlier one); a software session with its slice threads (one
+ * frame in flight). A change of codec tag, size or pixel format between
+ * packets drains the frames in flight (ppr_send_packet answers PPR_EAGAIN
+ * until they are received) and reopens the decoder. Do not mix with
+ * ppr_decode/ppr_frame_end on the same session without ppr_stream_reset. */
+
+/* Flags of ppr_stream_config(). */
+enum {
+    /* vulkan: decode with err_detect bitstream, so that the hwaccel flags
+     * damaged frames (series patch 19; it costs GPU throughput). Software
+     * sessions always flag damaged frames. */
+    PPR_STREAM_ERR_DETECT = 1
+};
+
+/* Values ppr_receive_frame() returns besides errors. */
+enum {
+    PPR_RECV_AGAIN = 0,         /* no frame yet: send more packets            */
+    PPR_RECV_FRAME = 1,         /* a frame was received: download it          */
+    PPR_RECV_EOF   = 2          /* after ppr_send_packet(NULL): all received  */
+};
+
+/* A received frame's facts, filled by ppr_receive_frame(). */
+typedef struct ppr_stream_frame {
+    int width;
+    int height;
+    char pix_fmt[32];           /* the downloaded format, e.g. "yuv422p10le"     */
+    int bit_depth;
+    int64_t pts;                /* the pts passed to ppr_send_packet             */
+    int interlaced;             /* the frame holds two fields                    */
+    int top_field_first;
+    int corrupt;                /* as ppr_planes.corrupt                         */
+    int error_flags;            /* as ppr_planes.error_flags                     */
+    int concealed;              /* software: slices found concealed (see ppr_concealed_slices) */
+    ppr_planes layout;          /* plane sizes, data = NULL, as ppr_frame_layout */
+} ppr_stream_frame;
+
+/* Configure streaming (before the first ppr_send_packet, or after
+ * ppr_stream_reset): frame_threads >= 1 (vulkan; 0 = 4), flags PPR_STREAM_*. */
+int ppr_stream_config(ppr_session *session, int frame_threads, unsigned flags);
+
+/* Send one packet (one frame; copied) with its pts, or pkt == NULL to signal
+ * the end of the stream (then receive until PPR_RECV_EOF). PPR_EAGAIN: receive
+ * a frame first (the decoder is full, or a size/format change waits for the
+ * frames in flight), then send the same packet again. Errors as ppr_decode. */
+int ppr_send_packet(ppr_session *session, const uint8_t *pkt, size_t size,
+                    uint32_t codec_tag, int64_t pts);
+
+/* Receive the next frame in decoding order into the session (a frame received
+ * and not yet downloaded is dropped) and describe it in *out. Returns
+ * PPR_RECV_FRAME, PPR_RECV_AGAIN, PPR_RECV_EOF or an error (PPR_EDECODE: the
+ * decoder rejected a packet; the stream goes on with the next one). */
+int ppr_receive_frame(ppr_session *session, ppr_stream_frame *out);
+
+/* Write the received frame to the caller's planes (count/width/height as
+ * out->layout of ppr_receive_frame; data == NULL skips a plane) and release
+ * it. A vulkan frame is downloaded straight into planes without row padding. */
+int ppr_download_frame(ppr_session *session, ppr_planes *out);
+
+/* Drop every frame in flight and close the streaming decoder (its threads end).
+ * The session stays open. NULL-safe. */
+void ppr_stream_reset(ppr_session *session);
 
 /* CFFI_END */
 

@@ -96,6 +96,11 @@ class ProResSource:
         means the file was cut off; that raises ``DecodeError`` instead of
         handing a decoder half a frame.
         """
+        for data, _ in self.timed_packets():
+            yield data
+
+    def timed_packets(self) -> Iterator[tuple[bytes, int | None]]:
+        """(packet, pts in the stream's time base or None), as :meth:`packets`."""
         if self._started:       # a second pass: rewind
             self._container.seek(0, stream=self._stream)
         self._started = True
@@ -107,7 +112,7 @@ class ProResSource:
                 data = bytes(pkt)
                 _check_complete(data, count, self.path)
                 count += 1
-                yield data
+                yield data, pkt.pts
         except av.error.FFmpegError as e:
             raise DecodeError(f"{self.path}: reading stopped after {count} frame(s): {e}; "
                               "the file is damaged or incomplete — re-copy or re-export it, "

@@ -1,0 +1,297 @@
+"""Streaming decode: iterate a file's (or a packet source's) frames as numpy planes.
+
+    with pyprores.open_decoder("clip.mov", backend="vulkan") as dec:
+        for frame in dec:
+            y = frame.planes["Y"]          # uint16, visible size
+            print(frame.index, frame.pts, frame.field_order, frame.pix_fmt)
+
+Several frames are in flight at once: the Vulkan backend decodes with
+``max_in_flight`` FFmpeg frame threads (that many frames decode on the GPU
+while the caller's thread downloads an earlier one into numpy), the software
+backend with its slice threads, one frame at a time. Memory stays bounded by
+``max_in_flight`` decoded frames plus the one being handed out.
+
+Leaving the ``with`` block, :meth:`StreamDecoder.close`, breaking out of the
+loop and then closing, an exception in the loop body (``KeyboardInterrupt``
+included) or an error in the file all stop the decoder: the frames in flight
+are dropped, its threads end and the Vulkan device is released.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Iterable, Iterator, Union
+
+import numpy as np
+
+from . import native
+from .errors import DecodeError
+from .model import PLANE_NAMES, Frame
+
+__all__ = ["DecodedFrame", "StreamDecoder", "open_decoder"]
+
+Packet = Union[bytes, bytearray, memoryview]
+PacketSource = Iterable[Union[Packet, "tuple[Packet, int | None]"]]
+
+_NOPTS = -0x8000000000000000   # AV_NOPTS_VALUE
+
+
+@dataclass
+class DecodedFrame(Frame):
+    """A :class:`pyprores.Frame` with its place in the stream."""
+
+    #: 0-based position in decoding order (ProRes is intra-only: also display order)
+    index: int = 0
+    #: the packet's pts in the stream's time base (None when the container gives none)
+    pts: int | None = None
+    #: pts in seconds (None without a pts or time base)
+    time: float | None = None
+    #: "progressive", "tt" (top field first) or "bb" (bottom field first), from the frame
+    field_order: str = "progressive"
+
+    @property
+    def width(self) -> int:
+        return int(self.planes["Y"].shape[1])
+
+    @property
+    def height(self) -> int:
+        return int(self.planes["Y"].shape[0])
+
+
+class StreamDecoder:
+    """Decode every frame of ``source`` in order; iterate it once.
+
+    ``source``: a file path (its ProRes stream is demuxed with PyAV; the codec
+    tag and time base come from the container), or an iterable of packets
+    (``bytes``, or ``(bytes, pts)`` pairs) with ``codec_tag`` saying 10 or 12 bit.
+
+    ``backend``: ``"vulkan"`` (never a software fallback) or ``"software"``.
+    ``device``: the Vulkan device (None, an index, or a name substring).
+    ``threads``: software slice threads (0 = automatic). ``max_in_flight``:
+    Vulkan frames decoding at once (FFmpeg frame threads, >= 1).
+    ``reuse_buffers``: False gives each frame new arrays; True writes every
+    frame into the same arrays (valid until the next frame; new ones when the
+    size changes); a dict of uint16 arrays (``"Y"``, ``"Cb"``, ``"Cr"``[,
+    ``"A"``], rows may be padded) makes the decoder write into the caller's
+    own arrays. ``err_detect``: on Vulkan, decode with error detection so that
+    damaged frames are flagged ``corrupt`` (series patch 19; it costs GPU
+    throughput); the software decoder always flags them.
+
+    Errors: :class:`pyprores.NotProResError` (no ProRes stream),
+    :class:`pyprores.DecodeError` (a damaged or truncated file: the frames
+    before the damage are delivered first), :class:`pyprores.DeviceError`.
+    """
+
+    def __init__(self, source: str | os.PathLike | PacketSource, backend: str = "vulkan",
+                 device: str | int | None = None, threads: int = 0, max_in_flight: int = 4,
+                 *, reuse_buffers: bool | dict[str, np.ndarray] = False,
+                 codec_tag: native.CodecTag | None = None, err_detect: bool = False) -> None:
+        if int(max_in_flight) < 1:
+            raise ValueError(f"max_in_flight must be >= 1, not {max_in_flight}")
+        self.backend = backend
+        self.max_in_flight = int(max_in_flight)
+        self._source: Any = None
+        self._session: native.Session | None = None
+        self._gen: Iterator[DecodedFrame] | None = None
+        self._reuse = reuse_buffers
+        self._buffers: dict[str, np.ndarray] | None = None
+        self.time_base: Fraction | None = None
+        self.path: str | None = None
+        if isinstance(source, (str, os.PathLike)):
+            from . import demux
+            self.path = os.fspath(source)
+            self._source = demux.open(self.path)
+            self.info = self._source.info
+            self.time_base = self.info.time_base or None
+            tag = codec_tag if codec_tag is not None else (self.info.codec_tag or "apch")
+            self._packets: Iterable[Any] = self._source.timed_packets()
+        else:
+            self.info = None
+            tag = codec_tag if codec_tag is not None else "apch"
+            self._packets = source
+        self.codec_tag = native.codec_tag_int(tag)
+        try:
+            self._session = native.Session(backend, device, threads)
+            flags = native.lib.PPR_STREAM_ERR_DETECT if err_detect else 0
+            rc = native.lib.ppr_stream_config(self._session._live(), self.max_in_flight, flags)
+            if rc < 0:
+                native._raise(rc, self._session._live())
+        except BaseException:
+            self.close()
+            raise
+
+    # -- iteration ----------------------------------------------------------
+
+    def __iter__(self) -> Iterator[DecodedFrame]:
+        if self._gen is None:
+            if self._session is None:
+                raise ValueError("the decoder is closed")
+            self._gen = self._frames()
+        return self._gen
+
+    def _frames(self) -> Iterator[DecodedFrame]:
+        L, ffi = native.lib, native.ffi
+        ptr = self._session._live()
+        c_frame = ffi.new("ppr_stream_frame *")
+        self._count = 0
+        error: BaseException | None = None
+        try:
+            packets = iter(self._packets)
+            n = 0
+            while True:
+                try:
+                    item = next(packets)
+                except StopIteration:
+                    break
+                except DecodeError as e:   # truncated or unreadable: deliver what came before
+                    error = e
+                    break
+                data, pts = item if isinstance(item, tuple) else (item, None)
+                buf, size = native._buffer(data)
+                c_pts = _NOPTS if pts is None else int(pts)
+                stalls = 0
+                while True:
+                    rc = L.ppr_send_packet(ptr, buf, size, self.codec_tag, c_pts)
+                    if rc != L.PPR_EAGAIN:
+                        break
+                    got = 0
+                    for frame in self._receive(ptr, c_frame, until_eof=False, first_only=True):
+                        got += 1
+                        yield frame
+                    stalls = 0 if got else stalls + 1
+                    if stalls > 2:   # pragma: no cover - a decoder that neither takes nor gives
+                        raise DecodeError(f"{self._where()}: the decoder stalled at packet {n}")
+                if rc < 0:
+                    self._fail(rc, ptr, n)
+                n += 1
+                yield from self._receive(ptr, c_frame, until_eof=False)
+            rc = L.ppr_send_packet(ptr, ffi.NULL, 0, self.codec_tag, _NOPTS)
+            if rc < 0:
+                self._fail(rc, ptr, n)
+            yield from self._receive(ptr, c_frame, until_eof=True)
+            if error is not None:
+                raise error
+        finally:
+            if self._session is not None and self._session._ptr is not None:
+                L.ppr_stream_reset(self._session._ptr)
+
+    def _receive(self, ptr: Any, c_frame: Any, until_eof: bool,
+                 first_only: bool = False) -> Iterator[DecodedFrame]:
+        L = native.lib
+        while True:
+            rc = L.ppr_receive_frame(ptr, c_frame)
+            if rc == L.PPR_RECV_AGAIN and not until_eof:
+                return
+            if rc == L.PPR_RECV_EOF or rc == L.PPR_RECV_AGAIN:
+                return
+            if rc < 0:
+                self._fail(rc, ptr, self._count)
+            yield self._download(ptr, c_frame)
+            if first_only:
+                return
+
+    def _where(self) -> str:
+        return self.path or "stream"
+
+    def _fail(self, rc: int, ptr: Any, n: int) -> None:
+        try:
+            native._raise(rc, ptr)
+        except DecodeError as e:
+            raise DecodeError(f"{self._where()}: frame {n}: {e}") from None
+
+    def _arrays(self, layout: Any) -> dict[str, np.ndarray]:
+        shapes = {PLANE_NAMES[i]: (layout.plane[i].height, layout.plane[i].width)
+                  for i in range(layout.count)}
+        if isinstance(self._reuse, dict):
+            got = {k: tuple(v.shape) for k, v in self._reuse.items()}
+            if got != shapes:
+                raise ValueError(f"the caller's buffers have planes {got}, the frame needs {shapes}")
+            return self._reuse
+        if self._reuse and self._buffers is not None and \
+                {k: v.shape for k, v in self._buffers.items()} == shapes:
+            return self._buffers
+        arrays = {k: np.empty(s, np.uint16) for k, s in shapes.items()}
+        if self._reuse:
+            self._buffers = arrays
+        return arrays
+
+    def _download(self, ptr: Any, c_frame: Any) -> DecodedFrame:
+        L, ffi = native.lib, native.ffi
+        layout = c_frame.layout
+        arrays = self._arrays(layout)
+        planes = ffi.new("ppr_planes *")
+        planes.count = layout.count
+        keep = []
+        for i in range(layout.count):
+            arr = arrays[PLANE_NAMES[i]]
+            if arr.dtype != np.uint16 or arr.strides[1] != 2 or arr.strides[0] < 2 * arr.shape[1]:
+                raise ValueError(f"plane {PLANE_NAMES[i]}: need uint16 rows of contiguous samples")
+            base = arr if arr.flags.c_contiguous else arr.base
+            if base is None or not arr.flags.writeable:
+                raise ValueError(f"plane {PLANE_NAMES[i]}: need a writable view of a buffer")
+            p = planes.plane[i]
+            p.width, p.height = layout.plane[i].width, layout.plane[i].height
+            if arr.flags.c_contiguous:
+                cbuf = ffi.from_buffer("uint16_t[]", arr, require_writable=True)
+            else:   # rows padded: point at the first sample
+                cbuf = ffi.cast("uint16_t *", arr.__array_interface__["data"][0])
+            keep.append(cbuf)
+            p.data = cbuf
+            p.stride = arr.strides[0]
+        rc = L.ppr_download_frame(ptr, planes)
+        del keep
+        if rc < 0:
+            self._fail(rc, ptr, self._count)
+        concealed = self._session.concealed_slices(int(c_frame.concealed)) \
+            if self.backend == "software" else ()
+        pts = None if c_frame.pts == _NOPTS else int(c_frame.pts)
+        frame = DecodedFrame(
+            planes=arrays, pix_fmt=ffi.string(c_frame.pix_fmt).decode("ascii"),
+            bit_depth=int(c_frame.bit_depth), corrupt=bool(c_frame.corrupt),
+            extra={"backend": self.backend}, error_flags=int(c_frame.error_flags),
+            concealed=concealed, index=self._count, pts=pts,
+            time=float(pts * self.time_base) if pts is not None and self.time_base else None,
+            field_order=("tt" if c_frame.top_field_first else "bb") if c_frame.interlaced
+            else "progressive")
+        self._count += 1
+        return frame
+
+    # -- lifetime -----------------------------------------------------------
+
+    @property
+    def device_name(self) -> str:
+        return self._session.device_name if self._session is not None else ""
+
+    def close(self) -> None:
+        """Stop decoding (frames in flight are dropped, the decoder's threads
+        end) and release the device and the file. Idempotent."""
+        gen, self._gen = self._gen, None
+        if gen is not None:
+            gen.close()
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+        if self._source is not None:
+            self._source.close()
+            self._source = None
+
+    def __enter__(self) -> "StreamDecoder":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def open_decoder(source: str | os.PathLike | PacketSource, backend: str = "vulkan",
+                 device: str | int | None = None, threads: int = 0, max_in_flight: int = 4,
+                 **kwargs: Any) -> StreamDecoder:
+    """Open a streaming decoder (see :class:`StreamDecoder`); use it with ``with``."""
+    return StreamDecoder(source, backend, device, threads, max_in_flight, **kwargs)
