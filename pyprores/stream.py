@@ -75,9 +75,12 @@ class StreamDecoder:
     frame into the same arrays (valid until the next frame; new ones when the
     size changes); a dict of uint16 arrays (``"Y"``, ``"Cb"``, ``"Cr"``[,
     ``"A"``], rows may be padded) makes the decoder write into the caller's
-    own arrays. ``err_detect``: on Vulkan, decode with error detection so that
-    damaged frames are flagged ``corrupt`` (series patch 19; it costs GPU
-    throughput); the software decoder always flags them.
+    own arrays. ``err_detect`` (Vulkan; default True, as :class:`native.Session`):
+    decode with error detection so that damaged frames are flagged ``corrupt``
+    (series patch 19). False is faster on a GPU (patch 19 then returns frames
+    without waiting), but on lavapipe under the validation layer closing such
+    a decoder after a 4444 + alpha clip hangs (open, docs/PYTHON.md); the
+    software decoder always flags damaged frames.
 
     Errors: :class:`pyprores.NotProResError` (no ProRes stream),
     :class:`pyprores.DecodeError` (a damaged or truncated file: the frames
@@ -87,7 +90,7 @@ class StreamDecoder:
     def __init__(self, source: str | os.PathLike | PacketSource, backend: str = "vulkan",
                  device: str | int | None = None, threads: int = 0, max_in_flight: int = 4,
                  *, reuse_buffers: bool | dict[str, np.ndarray] = False,
-                 codec_tag: native.CodecTag | None = None, err_detect: bool = False) -> None:
+                 codec_tag: native.CodecTag | None = None, err_detect: bool = True) -> None:
         if int(max_in_flight) < 1:
             raise ValueError(f"max_in_flight must be >= 1, not {max_in_flight}")
         self.backend = backend
@@ -137,6 +140,7 @@ class StreamDecoder:
         c_frame = ffi.new("ppr_stream_frame *")
         self._count = 0
         error: BaseException | None = None
+        packets: Any = None
         try:
             packets = iter(self._packets)
             n = 0
@@ -146,7 +150,10 @@ class StreamDecoder:
                 except StopIteration:
                     break
                 except DecodeError as e:   # truncated or unreadable: deliver what came before
-                    error = e
+                    # a new exception: the demuxer's traceback holds PyAV packets,
+                    # which must not outlive their container (PyAV crashes then)
+                    error = DecodeError(str(e))
+                    e.__traceback__ = None
                     break
                 data, pts = item if isinstance(item, tuple) else (item, None)
                 buf, size = native._buffer(data)
@@ -163,6 +170,9 @@ class StreamDecoder:
                     stalls = 0 if got else stalls + 1
                     if stalls > 2:   # pragma: no cover - a decoder that neither takes nor gives
                         raise DecodeError(f"{self._where()}: the decoder stalled at packet {n}")
+                # an exception's traceback must not hold the cffi view of the
+                # packet: collected in a cycle, the memoryview under it breaks
+                buf = data = item = None
                 if rc < 0:
                     self._fail(rc, ptr, n)
                 n += 1
@@ -172,8 +182,10 @@ class StreamDecoder:
                 self._fail(rc, ptr, n)
             yield from self._receive(ptr, c_frame, until_eof=True)
             if error is not None:
-                raise error
+                raise error from None
         finally:
+            if packets is not None and hasattr(packets, "close"):
+                packets.close()    # the demuxer's generator, before its container closes
             if self._session is not None and self._session._ptr is not None:
                 L.ppr_stream_reset(self._session._ptr)
 
@@ -224,6 +236,7 @@ class StreamDecoder:
         planes = ffi.new("ppr_planes *")
         planes.count = layout.count
         keep = []
+        cbuf = None
         for i in range(layout.count):
             arr = arrays[PLANE_NAMES[i]]
             if arr.dtype != np.uint16 or arr.strides[1] != 2 or arr.strides[0] < 2 * arr.shape[1]:
@@ -241,7 +254,7 @@ class StreamDecoder:
             p.data = cbuf
             p.stride = arr.strides[0]
         rc = L.ppr_download_frame(ptr, planes)
-        del keep
+        del keep, cbuf
         if rc < 0:
             self._fail(rc, ptr, self._count)
         concealed = self._session.concealed_slices(int(c_frame.concealed)) \

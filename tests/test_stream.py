@@ -1,0 +1,243 @@
+"""The streaming decode API (issue 21): pyprores.open_decoder on tiny clips, lavapipe.
+
+Frames of both backends must equal FFmpeg's software decoder through PyAV
+(the reference), with several frames in flight; early exit, an exception in
+the loop body and close leave no decoder thread running; a truncated file
+delivers its complete frames and then a DecodeError; a file without ProRes
+is a NotProResError; a size change mid-stream gives correct frames.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+import pyprores
+from pyprores import clips, native
+from pyprores.errors import DecodeError, NotProResError
+
+HAS_VK = native.available() and native.has_hwaccel("vulkan")
+BACKENDS = ["software", pytest.param("vulkan", marks=pytest.mark.skipif(
+    not HAS_VK, reason="this FFmpeg build has no prores_vulkan hwaccel"))]
+FRAMES = 6
+SPECS = {s.name: clips.ClipSpec(**{**s.__dict__, "frames": FRAMES}) for s in clips.DEFAULT_CLIPS}
+SPECS["odd4444"] = clips.ClipSpec("odd4444", width=40, height=33, frames=FRAMES, profile="4444",
+                                  pix_fmt="yuv444p10le")
+SIZE_CHANGE = Path(__file__).resolve().parent / "data" / "regressions" / "size-change-72x40-200x100.mov"
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("stream")
+    return {name: clips.generate(spec, d) for name, spec in SPECS.items()}
+
+
+def reference(path: Path) -> list[pyprores.Frame]:
+    with pyprores.open(path) as src:
+        return list(src.reference_frames())
+
+
+def pts_of(path: Path) -> list[int]:
+    with av.open(str(path)) as c:
+        return [p.pts for p in c.demux(c.streams.video[0]) if p.size]
+
+
+def assert_same(got, want, what=""):
+    assert list(got.planes) == list(want.planes), what
+    assert got.pix_fmt == want.pix_fmt and got.bit_depth == want.bit_depth, what
+    for k in want.planes:
+        assert got.planes[k].shape == want.planes[k].shape, (what, k)
+        assert np.array_equal(got.planes[k], want.planes[k]), (what, k)
+
+
+def threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", list(SPECS))
+def test_frames_equal_the_software_decoder(paths, backend, name):
+    want = reference(paths[name])
+    with pyprores.open_decoder(paths[name], backend=backend, max_in_flight=3) as dec:
+        got = list(dec)
+        if backend == "vulkan":
+            assert dec._session.validation_count == 0, dec._session.validation_messages
+    assert len(got) == FRAMES
+    order = "tt" if SPECS[name].interlaced else "progressive"
+    for n, (g, w) in enumerate(zip(got, want)):
+        assert_same(g, w, f"{name} frame {n}")
+        assert g.index == n and g.field_order == order and not g.corrupt
+        assert g.extra["backend"] == backend and g.concealed == ()
+    assert [g.pts for g in got] == pts_of(paths[name])
+    assert got[1].time == pytest.approx(float(got[1].pts * dec.time_base))
+    assert (got[0].width, got[0].height) == (SPECS[name].width, SPECS[name].height)
+
+
+@pytest.mark.parametrize("in_flight", [1, 2, 8])
+def test_frames_in_flight(paths, in_flight):
+    if not HAS_VK:
+        pytest.skip("this FFmpeg build has no prores_vulkan hwaccel")
+    want = reference(paths["hq422"])
+    with pyprores.open_decoder(paths["hq422"], backend="vulkan", max_in_flight=in_flight) as dec:
+        got = list(dec)
+    assert len(got) == FRAMES
+    for g, w in zip(got, want):
+        assert_same(g, w)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_packets_as_source(paths, backend):
+    with pyprores.open(paths["4444alpha"]) as src:
+        packets = list(src.packets())
+    want = reference(paths["4444alpha"])
+    with pyprores.open_decoder(iter(packets), backend=backend, codec_tag="ap4h") as dec:
+        got = list(dec)
+    assert len(got) == FRAMES and all(g.pts is None and g.time is None for g in got)
+    for g, w in zip(got, want):
+        assert_same(g, w)
+    with pyprores.open_decoder([(p, 10 * n) for n, p in enumerate(packets)], backend=backend,
+                               codec_tag="ap4h") as dec:
+        assert [f.pts for f in dec] == [10 * n for n in range(FRAMES)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reused_and_caller_buffers(paths, backend):
+    want = reference(paths["hq422"])
+    with pyprores.open_decoder(paths["hq422"], backend=backend, reuse_buffers=True) as dec:
+        seen = []
+        for frame, w in zip(dec, want):
+            assert_same(frame, w)
+            seen.append(frame.planes["Y"])
+    assert all(a is seen[0] for a in seen)
+    spec = SPECS["hq422"]
+    # rows padded by 8 samples: written through the stride, the padding untouched
+    store = {k: np.full((spec.height, wd + 8), 7, np.uint16)
+             for k, wd in (("Y", spec.width), ("Cb", spec.width // 2), ("Cr", spec.width // 2))}
+    views = {k: v[:, :-8] for k, v in store.items()}
+    with pyprores.open_decoder(paths["hq422"], backend=backend, reuse_buffers=views) as dec:
+        for frame, w in zip(dec, want):
+            assert frame.planes is views
+            assert_same(frame, w)
+            assert all((v[:, -8:] == 7).all() for v in store.values())
+    wrong = {"Y": np.zeros((4, 4), np.uint16)}
+    with pyprores.open_decoder(paths["hq422"], backend=backend, reuse_buffers=wrong) as dec:
+        with pytest.raises(ValueError, match="buffers"):
+            next(iter(dec))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_early_exit_and_interrupt_leave_nothing_running(paths, backend):
+    path = paths["hq422"]
+
+    def early_exit():
+        dec = pyprores.open_decoder(path, backend=backend, max_in_flight=4)
+        for n, frame in enumerate(dec):
+            if n == 1:
+                break
+        dec.close()
+        dec.close()                                              # idempotent
+        return dec
+
+    # lavapipe leaves threads behind for every Vulkan device created and
+    # destroyed (the one-call Session does too): a session held open keeps
+    # the shared device, so that only the decoder's own threads are counted
+    keep = native.Session(backend)
+    early_exit()
+    base = threads()
+    for _ in range(3):    # the decoder's frame threads do not pile up
+        dec = early_exit()
+    assert threads() <= base
+    with pytest.raises(ValueError, match="closed"):
+        iter(dec)
+    with pytest.raises(KeyboardInterrupt):
+        with pyprores.open_decoder(path, backend=backend, max_in_flight=4) as dec:
+            for n, frame in enumerate(dec):
+                if n == 2:
+                    raise KeyboardInterrupt
+    assert dec._session is None and threads() <= base
+    # a decoder left unclosed is released by the garbage collector too
+    dec = pyprores.open_decoder(path, backend=backend)
+    next(iter(dec))
+    del dec
+    import gc
+    gc.collect()
+    assert threads() <= base
+    keep.close()
+
+
+def _cut(path: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "cut.mov"
+    with av.open(str(out), "w", options={"movflags": "+faststart"}) as o:
+        with av.open(str(path)) as src:
+            s = o.add_stream_from_template(src.streams.video[0])
+            for p in src.demux(src.streams.video[0]):
+                if p.size:
+                    p.stream = s
+                    o.mux(p)
+    data = out.read_bytes()
+    out.write_bytes(data[: len(data) * 5 // 8])     # the index is up front
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_truncated_file_gives_its_frames_then_an_error(paths, backend, tmp_path):
+    want = reference(paths["hq422"])
+    cut = _cut(paths["hq422"], tmp_path)
+    got = []
+    with pytest.raises(DecodeError, match="ends early"):
+        with pyprores.open_decoder(cut, backend=backend) as dec:
+            for frame in dec:
+                got.append(frame)
+    assert 0 < len(got) < FRAMES
+    for g, w in zip(got, want):
+        assert_same(g, w)
+    (tmp_path / "nomoov.mov").write_bytes(paths["hq422"].read_bytes()[:20000])
+    with pytest.raises(DecodeError, match="incomplete"):
+        pyprores.open_decoder(tmp_path / "nomoov.mov", backend=backend)
+
+
+def test_no_prores_stream(tmp_path):
+    other = tmp_path / "mpeg4.mov"
+    with av.open(str(other), "w") as c:
+        s = c.add_stream("mpeg4", rate=25)
+        s.width, s.height, s.pix_fmt = 64, 48, "yuv420p"
+        for n in range(2):
+            f = av.VideoFrame.from_ndarray(np.zeros((48, 64, 3), np.uint8), "rgb24").reformat(format="yuv420p")
+            f.pts = n
+            for p in s.encode(f):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    with pytest.raises(NotProResError, match="no ProRes video stream"):
+        pyprores.open_decoder(other, backend="software")
+    text = tmp_path / "notes.txt"
+    text.write_text("not a video\n")
+    with pytest.raises(NotProResError):
+        pyprores.open_decoder(text, backend="software")
+    with pyprores.open_decoder([b"not prores at all"], backend="software") as dec:
+        with pytest.raises(NotProResError):
+            list(dec)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_size_change_mid_stream(backend):
+    want = reference(SIZE_CHANGE)
+    sizes = {w.planes["Y"].shape for w in want}
+    assert len(sizes) == 2, sizes
+    with pyprores.open_decoder(SIZE_CHANGE, backend=backend, max_in_flight=3) as dec:
+        got = list(dec)
+    assert len(got) == len(want)
+    for n, (g, w) in enumerate(zip(got, want)):
+        assert_same(g, w, f"frame {n}")
+        assert g.index == n
+
+
+def test_bad_arguments(paths):
+    with pytest.raises(ValueError, match="max_in_flight"):
+        pyprores.open_decoder(paths["hq422"], backend="software", max_in_flight=0)
+    with pytest.raises(ValueError, match="backend"):
+        pyprores.open_decoder(paths["hq422"], backend="cuda")
