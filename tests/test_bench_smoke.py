@@ -24,18 +24,18 @@ def test_bench_quick_runs_and_reports_bitexact(tmp_path):
     for clip in result["clips"]:
         assert clip["check"]["bitexact"], clip
         assert clip["check"]["frames_sw"] == clip["check"]["frames_vk"] > 0
-        for mode in ("sw-all", "sw-1", "vk", "vk-dl", "demux", "api", "api-dl", "py"):
+        for mode in ("sw-all", "sw-1", "vk", "vk-dl", "demux", "api", "api-dl", "py", "py-stream"):
             assert clip["modes"][mode]["fps"] > 0
         # the demux-only ceiling reads the same packets as the decoding runs
         assert clip["modes"]["demux"]["frames"] == clip["modes"]["vk"]["frames"] > 0
         # decbench decodes every pass of the clip once it is warm, and the
         # CPU time it reports is per frame of those passes
-        for mode in ("api", "api-dl", "py"):
+        for mode in ("api", "api-dl", "py", "py-stream"):
             m = clip["modes"][mode]
             assert m["frames"] == result["loops"] * clip["frames_per_pass"], (mode, m)
             assert m["steady_cpu_us_per_frame"] > 0
         # the Python path ran here (this interpreter has pyprores), it was not skipped
-        assert clip["modes"]["py"]["session_s"] > 0
+        assert clip["modes"]["py"]["session_s"] > 0 and clip["modes"]["py-stream"]["session_s"] > 0
     assert "bit-exact" in proc.stdout
 
 
