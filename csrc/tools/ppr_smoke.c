@@ -174,6 +174,58 @@ int main(int argc, char **argv)
         free_planes(&rebuilt);
         ppr_frame_info_free(&info);
     }
+    /* streaming on the second session: every packet, frames downloaded, twice
+     * (the second time reset with frames in flight) */
+    if (!flags) {
+        for (int round = 0; round < 2; round++) {
+            int sent = 0, got = 0, eof = 0;
+            ppr_stream_frame sf;
+            ret = ppr_stream_config(s2, 2, PPR_STREAM_ERR_DETECT);
+            CHECK(ret == 0, "stream config: %s", ppr_strerror(ret));
+            for (pos = 0; pos + 8 <= size && !eof; ) {
+                long psize = (long)((uint32_t)data[pos] << 24 | data[pos + 1] << 16 |
+                                    data[pos + 2] << 8 | data[pos + 3]);
+                const uint8_t *pkt = psize >= 8 && pos + psize <= size ? data + pos : NULL;
+                if (round == 1 && sent == 2)
+                    break;                              /* abandon: reset below */
+                ret = ppr_send_packet(s2, pkt, pkt ? (size_t)psize : 0, tag, sent);
+                if (!pkt)
+                    eof = 1;
+                else if (ret == 0) {
+                    pos += psize;
+                    sent++;
+                } else if (ret != PPR_EAGAIN) {
+                    CHECK(0, "send: %s", ppr_strerror(ret));
+                    break;
+                }
+                while ((ret = ppr_receive_frame(s2, &sf)) == PPR_RECV_FRAME) {
+                    ppr_planes out = sf.layout;
+                    if (alloc_planes(&out, got & 1 ? 16 : 0) < 0)
+                        return 1;
+                    ret = ppr_download_frame(s2, &out);
+                    CHECK(ret == 0, "download: %s", ppr_strerror(ret));
+                    free_planes(&out);
+                    got++;
+                }
+                CHECK(ret >= 0, "receive: %s", ppr_strerror(ret));
+            }
+            if (round == 0 && !eof) {
+                ret = ppr_send_packet(s2, NULL, 0, tag, 0);
+                while ((ret = ppr_receive_frame(s2, &sf)) == PPR_RECV_FRAME) {
+                    ppr_planes out = sf.layout;
+                    if (alloc_planes(&out, 0) < 0)
+                        return 1;
+                    CHECK(ppr_download_frame(s2, &out) == 0, "download");
+                    free_planes(&out);
+                    got++;
+                }
+                CHECK(ret == PPR_RECV_EOF, "drain: %d", ret);
+            }
+            if (round == 0)
+                CHECK(got == packets, "streamed %d frames of %d packets", got, packets);
+            ppr_stream_reset(s2);
+        }
+    }
     printf("packets: %d, failures: %d, validation messages: %d\n", packets, failures,
            ppr_validation_messages(s));
     ppr_close(s);
