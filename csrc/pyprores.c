@@ -17,6 +17,7 @@
 #include <libavutil/hwcontext_vulkan.h>
 #include <libavutil/log.h>
 #include <libavutil/pixdesc.h>
+#include <libavutil/version.h>
 
 #include "internal.h"
 
@@ -635,11 +636,55 @@ static int env_validation(void)
     return v && *v && strcmp(v, "0") != 0;
 }
 
+/* FFmpeg 9 (libavutil 60 and later): let the device finish all submitted work
+ * before a Vulkan decoder is freed. Its teardown destroys semaphores and
+ * other objects once their values are reached, which the Vulkan spec does not
+ * allow before the batches that use them have completed; lavapipe's queue
+ * thread then touches freed memory (a crash in its mutex code, or a hang of
+ * the next decode) when decoders are reopened on a device that stays, as
+ * sessions do on a format change. FFmpeg 7.1 needs no such wait. */
+static void vulkan_idle_before_free(ppr_session *s)
+{
+#if LIBAVUTIL_VERSION_MAJOR >= 60
+    AVHWDeviceContext *dc;
+    AVVulkanDeviceContext *vk;
+    PFN_vkDeviceWaitIdle wait_idle;
+    int q, i;
+
+    if (!s->avctx || !s->hw_device || s->backend != BACKEND_VULKAN)
+        return;
+    dc = (AVHWDeviceContext *)s->hw_device->data;
+    vk = dc->hwctx;
+    if (!vk || !vk->get_proc_addr ||
+        !(wait_idle = (PFN_vkDeviceWaitIdle)vk->get_proc_addr(vk->inst, "vkDeviceWaitIdle")))
+        return;
+#if FF_API_VULKAN_SYNC_QUEUES
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    /* vkDeviceWaitIdle needs every queue; hwcontext_vulkan's own lock */
+    for (q = 0; q < vk->nb_qf; q++)
+        for (i = 0; i < vk->qf[q].num; i++)
+            vk->lock_queue(dc, vk->qf[q].idx, i);
+    wait_idle(vk->act_dev);
+    for (q = 0; q < vk->nb_qf; q++)
+        for (i = 0; i < vk->qf[q].num; i++)
+            vk->unlock_queue(dc, vk->qf[q].idx, i);
+#pragma GCC diagnostic pop
+#else
+    (void)q; (void)i;
+    wait_idle(vk->act_dev);   /* queues synchronised internally */
+#endif
+#else
+    (void)s;
+#endif
+}
+
 static void session_free(ppr_session *s)
 {
     int p;
     if (!s)
         return;
+    vulkan_idle_before_free(s);
     avcodec_free_context(&s->avctx);
     av_packet_free(&s->pkt);
     av_frame_free(&s->frame);
@@ -921,6 +966,7 @@ static int open_decoder(ppr_session *s, uint32_t tag, const ppr_frame_info *info
     AVCodecContext *avctx;
     int ret;
 
+    vulkan_idle_before_free(s);
     avcodec_free_context(&s->avctx);
     s->need_reopen = 0;
     s->vulkan_offered = 0;
