@@ -679,13 +679,19 @@ static void vulkan_idle_before_free(ppr_session *s)
 #endif
 }
 
+/* Every free of the session's decoder goes through here (FFmpeg 9's wait above). */
+static void free_decoder(ppr_session *s)
+{
+    vulkan_idle_before_free(s);
+    avcodec_free_context(&s->avctx);
+}
+
 static void session_free(ppr_session *s)
 {
     int p;
     if (!s)
         return;
-    vulkan_idle_before_free(s);
-    avcodec_free_context(&s->avctx);
+    free_decoder(s);
     av_packet_free(&s->pkt);
     av_frame_free(&s->frame);
     av_frame_free(&s->swframe);
@@ -966,8 +972,7 @@ static int open_decoder(ppr_session *s, uint32_t tag, const ppr_frame_info *info
     AVCodecContext *avctx;
     int ret;
 
-    vulkan_idle_before_free(s);
-    avcodec_free_context(&s->avctx);
+    free_decoder(s);
     s->need_reopen = 0;
     s->vulkan_offered = 0;
     if (!codec)
@@ -1461,7 +1466,7 @@ void ppr_stream_reset(ppr_session *s)
     ppr__ensure_init();
     tls_session = s;
     if (s->stream)
-        avcodec_free_context(&s->avctx);   /* joins the frame threads */
+        free_decoder(s);   /* joins the frame threads */
     s->stream = 0;
     av_frame_unref(s->frame);
     av_frame_unref(s->swframe);
