@@ -161,3 +161,21 @@ def ffmpeg_tarball() -> Path:
     if t is None:
         pytest.skip(f"{TARBALL_NAME} not at hand (set PYPRORES_FFMPEG_TARBALL)")
     return t
+
+
+def write_mpeg4_mov(path: Path) -> Path:
+    """A real two-frame video that is not ProRes (MPEG-4 in .mov), written with PyAV."""
+    import av
+    import numpy as np
+
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("mpeg4", rate=25)
+        s.width, s.height, s.pix_fmt = 64, 48, "yuv420p"
+        for n in range(2):
+            f = av.VideoFrame.from_ndarray(np.zeros((48, 64, 3), np.uint8), "rgb24").reformat(format="yuv420p")
+            f.pts = n
+            for p in s.encode(f):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    return path

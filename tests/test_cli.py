@@ -18,6 +18,8 @@ import av
 import numpy as np
 import pytest
 
+from conftest import write_mpeg4_mov
+
 from pyprores import bitstream, candidate, clips, cli
 from pyprores.model import Frame
 
@@ -113,16 +115,7 @@ def test_not_prores_exits_2(monkeypatch, capsys, tmp_path):
     assert code == 2 and out == ""
     assert_one_line_error(err, "notes.txt")
     other = tmp_path / "mpeg4.mov"                 # a real video, but not ProRes
-    with av.open(str(other), "w") as c:
-        s = c.add_stream("mpeg4", rate=25)
-        s.width, s.height, s.pix_fmt = 64, 48, "yuv420p"
-        for n in range(2):
-            f = av.VideoFrame.from_ndarray(np.zeros((48, 64, 3), np.uint8), "rgb24").reformat(format="yuv420p")
-            f.pts = n
-            for p in s.encode(f):
-                c.mux(p)
-        for p in s.encode():
-            c.mux(p)
+    write_mpeg4_mov(other)
     code, _, err = run(["compare", other], capsys)
     assert code == 2
     assert_one_line_error(err, "no ProRes video stream", "mpeg4")

@@ -16,6 +16,8 @@ import av
 import numpy as np
 import pytest
 
+from conftest import write_mpeg4_mov
+
 import pyprores
 from pyprores import clips, native
 from pyprores.errors import DecodeError, NotProResError
@@ -202,16 +204,7 @@ def test_truncated_file_gives_its_frames_then_an_error(paths, backend, tmp_path)
 
 def test_no_prores_stream(tmp_path):
     other = tmp_path / "mpeg4.mov"
-    with av.open(str(other), "w") as c:
-        s = c.add_stream("mpeg4", rate=25)
-        s.width, s.height, s.pix_fmt = 64, 48, "yuv420p"
-        for n in range(2):
-            f = av.VideoFrame.from_ndarray(np.zeros((48, 64, 3), np.uint8), "rgb24").reformat(format="yuv420p")
-            f.pts = n
-            for p in s.encode(f):
-                c.mux(p)
-        for p in s.encode():
-            c.mux(p)
+    write_mpeg4_mov(other)
     with pytest.raises(NotProResError, match="no ProRes video stream"):
         pyprores.open_decoder(other, backend="software")
     text = tmp_path / "notes.txt"
