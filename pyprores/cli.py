@@ -19,6 +19,7 @@ from typing import Sequence
 
 from . import __version__, builds, candidate, clips, demux
 from .compare import compare_file, summarize
+from .pipeline import DEFAULT_IN_FLIGHT
 from .errors import DeviceError, NativeLibraryError, PyproresError
 from .geometry import MB_SIZE
 from .progress import ProgressBar
@@ -86,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="check files on an existing Dask cluster (e.g. tcp://host:8786)")
     cmp.add_argument("--results", metavar="DIR",
                      help="keep each finished file's result in DIR; a run started again skips them")
+    cmp.add_argument("--in-flight", type=_positive, default=DEFAULT_IN_FLIGHT, metavar="N",
+                     help="frames decoding at once on the Vulkan device (default %(default)s; 1: one frame "
+                          "per call, as before); the report does not depend on it")
     cmp.set_defaults(func=cmd_compare)
 
     ins = add("inspect", help="show the frame header and slice table of one frame")
@@ -154,6 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="check clips in N worker processes (Dask LocalCluster), one Vulkan session each")
     con.add_argument("--scheduler", metavar="ADDRESS",
                      help="check clips on an existing Dask cluster (e.g. tcp://host:8786)")
+    con.add_argument("--in-flight", type=_positive, default=DEFAULT_IN_FLIGHT, metavar="N",
+                     help="frames decoding at once on the Vulkan device (default %(default)s; 1: one frame "
+                          "per call); the table does not depend on it")
     con.set_defaults(func=cmd_conformance)
 
     fz = add("fuzz", help="mutation fuzzing of both decoders (crashes, hangs, slice isolation)",
@@ -245,7 +252,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 results, failed = cluster.compare_files(
                     files, backend=args.backend, devices=devices, frames=args.frames, worst=args.worst,
                     jobs=args.jobs, scheduler=args.scheduler, results_dir=args.results, progress=bar,
-                    on_error=_error)
+                    on_error=_error, in_flight=args.in_flight)
             finally:
                 bar.finish()
             files = []      # checked; the workers added their sessions' notes
@@ -260,7 +267,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         for path in files:
             bar = ProgressBar(Path(path).name, enabled=False if args.quiet else args.progress)
             try:
-                results.append(compare_file(path, session, args.frames, args.worst, bar))
+                results.append(compare_file(path, session, args.frames, args.worst, bar,
+                                            in_flight=args.in_flight))
             except (DeviceError, NativeLibraryError):
                 raise            # nothing else can succeed either
             except PyproresError as e:
@@ -440,7 +448,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     if (args.jobs or 1) > 1 or args.scheduler:
         from . import cluster
         check_all = cluster.conformance_clips(backend=args.backend, devices=devices, jobs=args.jobs,
-                                              scheduler=args.scheduler)
+                                              scheduler=args.scheduler, in_flight=args.in_flight)
         try:
             result = conformance.run(args.manifest, progress=bar, check_all=check_all)
         finally:
@@ -450,7 +458,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
             raise PyproresError("several --device need --jobs N or --scheduler")
         with candidate.open_session(args.backend, devices[0] if devices else None) as session:
             try:
-                result = conformance.run(args.manifest, session, progress=bar)
+                result = conformance.run(args.manifest, session, progress=bar, in_flight=args.in_flight)
             finally:
                 bar.finish()
     result.build = _build_info()
@@ -520,6 +528,8 @@ def _command_line(name: str, args: argparse.Namespace) -> str:
             parts.append(f"--jobs {args.jobs}")
         if getattr(args, "scheduler", None):
             parts.append(f"--scheduler {args.scheduler}")
+        if getattr(args, "in_flight", DEFAULT_IN_FLIGHT) != DEFAULT_IN_FLIGHT:
+            parts.append(f"--in-flight {args.in_flight}")
         if args.out:
             parts.append(f"--out {args.out}")
     return " ".join(parts)

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from .errors import DeviceError, PyproresError
+from .pipeline import DEFAULT_IN_FLIGHT
 
 # Files a directory argument contributes (recursively, sorted).
 VIDEO_SUFFIXES = (".mov", ".mp4", ".m4v", ".mxf", ".mkv", ".qt")
@@ -171,14 +172,17 @@ def _frame_events(index: int, topic: str | None):
 
 
 def compare_task(index: int, path: str, backend: str, devices: Sequence[str | None] | None,
-                 explicit: bool, frames: int | None, worst: int, topic: str | None = None) -> Outcome:
-    """Run on a worker: compare one file with this worker's session
-    (``topic``: where frame progress goes, see :class:`FilesProgress`)."""
+                 explicit: bool, frames: int | None, worst: int, topic: str | None = None,
+                 in_flight: int = DEFAULT_IN_FLIGHT) -> Outcome:
+    """Run on a worker: compare one file with this worker's session, ``in_flight``
+    frames decoding at once (``topic``: where frame progress goes, see
+    :class:`FilesProgress`)."""
     from .compare import compare_file
     from .errors import NativeLibraryError
     try:
         session = worker_session(backend, worker_device(devices, explicit))
-        result = compare_file(path, session, frames, worst, _frame_events(index, topic))
+        result = compare_file(path, session, frames, worst, _frame_events(index, topic),
+                              in_flight=in_flight)
         note = getattr(session, "note", "")     # as the serial run adds it (cli.cmd_compare)
         if note:
             result.notes.append(f"Vulkan device {note}")
@@ -190,13 +194,15 @@ def compare_task(index: int, path: str, backend: str, devices: Sequence[str | No
 
 
 def conformance_task(index: int, path: str, entry: dict, base: str, backend: str,
-                     devices: Sequence[str | None] | None, explicit: bool) -> Outcome:
+                     devices: Sequence[str | None] | None, explicit: bool,
+                     in_flight: int = DEFAULT_IN_FLIGHT) -> Outcome:
     """Run on a worker: one clip of a conformance manifest."""
     from .conformance import check_clip
     from .errors import NativeLibraryError
     try:
         session = worker_session(backend, worker_device(devices, explicit))
-        return Outcome(index, result=check_clip(entry, Path(base), session), device=session.device_name,
+        return Outcome(index, result=check_clip(entry, Path(base), session, in_flight=in_flight),
+                       device=session.device_name,
                        backend=getattr(session, "backend", backend), note=getattr(session, "note", "") or "")
     except (DeviceError, NativeLibraryError) as e:
         return Outcome(index, error=str(e), fatal=True)
@@ -373,10 +379,13 @@ class FilesProgress:
 def compare_files(files: Sequence[str], *, backend: str, devices: Sequence[str] | None,
                   frames: int | None, worst: int, jobs: int | None = None, scheduler: str | None = None,
                   results_dir: str | None = None, progress=None,
-                  on_error: Callable[[str], None] | None = None) -> tuple[list, bool]:
+                  on_error: Callable[[str], None] | None = None,
+                  in_flight: int = DEFAULT_IN_FLIGHT) -> tuple[list, bool]:
     """Compare ``files`` on a cluster. Returns (FileResults in input order,
     whether any file failed). ``devices``: the user's ``--device`` list, or
-    None for the default (see the module's docstring)."""
+    None for the default (see the module's docstring). ``in_flight``: frames
+    each worker's session decodes at once (the results do not depend on it,
+    so ``--results`` files are shared across values)."""
     explicit = bool(devices)
     if not explicit and not scheduler:
         devices = local_devices(backend)
@@ -399,14 +408,14 @@ def compare_files(files: Sequence[str], *, backend: str, devices: Sequence[str] 
     try:
         client.subscribe_topic(shown.topic, shown.on_event)
         outcomes = run(client, files, compare_task, (backend, list(devices or ()) or None, explicit,
-                                                     frames, worst, shown.topic), store, on_done)
+                                                     frames, worst, shown.topic, in_flight), store, on_done)
     finally:
         close_client(client)
     return [o.result for o in outcomes if o.result is not None], failed
 
 
 def conformance_clips(*, backend: str, devices: Sequence[str] | None, jobs: int | None = None,
-                      scheduler: str | None = None):
+                      scheduler: str | None = None, in_flight: int = DEFAULT_IN_FLIGHT):
     """A ``check_all`` for :func:`pyprores.conformance.run` that checks the
     clips on a cluster (the device rules of compare_files)."""
     from .conformance import ClipResult
@@ -431,7 +440,7 @@ def conformance_clips(*, backend: str, devices: Sequence[str] | None, jobs: int 
         files = [str(Path(base) / e["file"]) for e in entries]
         client = open_client(jobs, scheduler)
         try:
-            outcomes = run(client, files, conformance_task, (str(base), backend, devs, explicit),
+            outcomes = run(client, files, conformance_task, (str(base), backend, devs, explicit, in_flight),
                            on_done=on_done, extra=[(e,) for e in entries])
         finally:
             close_client(client)

@@ -3,7 +3,9 @@
 Kept apart from the CLI so that other front ends (a corpus run, a notebook)
 get the same numbers.  The candidate is any object with the
 ``native.Session`` interface (``decode``, ``inspect``, ``device_name``,
-``validation_messages``).
+``validation_messages``); a Vulkan ``native.Session`` also streams, several
+frames in flight while the reference is decoded and the frames measured
+(:mod:`pyprores.pipeline`), with the same results.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from .errors import DecodeError, PyproresError
 from .geometry import plane_shape, slice_rect
 from .metrics import WORST_SLICES, PlaneStats, compare_frames, merge_stats
 from .model import Frame, FrameInfo
+from .pipeline import DEFAULT_IN_FLIGHT, CandidateFrames
 
 
 @dataclass
@@ -99,13 +102,16 @@ Progress = Callable[[int, "int | None"], None]
 
 def compare_file(path: str | os.PathLike, session, frames: int | None = None,
                  worst_n: int = WORST_SLICES, progress: Progress | None = None,
-                 on_frame: "Callable[[int, Frame, Frame], None] | None" = None) -> FileResult:
+                 on_frame: "Callable[[int, Frame, Frame], None] | None" = None,
+                 in_flight: int = DEFAULT_IN_FLIGHT) -> FileResult:
     """Compare ``session``'s decode of ``path`` with FFmpeg's software decode.
 
     Stops after ``frames`` frames when given, without reading further, so a
     file damaged past that point can still be checked up to it.
     ``on_frame(n, reference, candidate)`` sees every decoded pair (the
-    conformance run hashes them).
+    conformance run hashes them). ``in_flight``: frames decoding at once
+    when the session streams (1: one frame per call); the result does not
+    depend on it.
     """
     path = os.fspath(path)
     notes: list[str] = []
@@ -119,35 +125,41 @@ def compare_file(path: str | os.PathLike, session, frames: int | None = None,
         chroma = None
         concealed: list[Concealment] = []
         slices_of = _SoftwareConcealment()
-        for packet, ref in src.pairs():
-            try:
-                header: FrameInfo = session.inspect(packet, info.codec_tag)
-                cand = session.decode(packet, info.codec_tag)
-            except PyproresError as e:   # same type (the CLI treats DeviceError apart), with context
-                raise type(e)(f"{path}, frame {n}: the candidate decoder failed: {e}") from e
-            chroma = header.chroma_format
-            if cand.pix_fmt != ref.pix_fmt:
-                note = f"candidate pixel format {cand.pix_fmt} differs from reference {ref.pix_fmt}"
-                notes += [note] if note not in notes else []
-            if ref.corrupt or cand.corrupt:
-                c = _concealment(n, packet, info.codec_tag, ref, cand, slices_of)
-                concealed.append(c)
-                notes.append(_concealment_note(c))
-                if c.excluded_slices:
-                    cand = _exclude(ref, cand, header, c.excluded_slices)
-            try:
-                frame_stats = compare_frames(ref, cand, header, n, worst_n)
-            except ValueError as e:
-                raise DecodeError(f"{path}, frame {n}: candidate output cannot be compared: {e}") from e
-            stats = merge_stats(stats, frame_stats)
-            if on_frame is not None:
-                on_frame(n, ref, cand)
-            n += 1
-            if progress is not None:
-                progress(n, expected)
-            if frames is not None and n >= frames:
-                break   # before the next packet is read: damage past here stays unread
-        slices_of.close()
+        candidates = CandidateFrames(session, src.pairs(), info.codec_tag, limit=frames,
+                                     max_in_flight=in_flight)
+        try:
+            for item in candidates:
+                packet, ref = item.packet, item.reference
+                if item.error is not None:  # same type (the CLI treats DeviceError apart), with context
+                    e = item.error
+                    raise type(e)(f"{path}, frame {n}: the candidate decoder failed: {e}") from e
+                header: FrameInfo = item.header
+                cand: Frame = item.candidate
+                chroma = header.chroma_format
+                if cand.pix_fmt != ref.pix_fmt:
+                    note = f"candidate pixel format {cand.pix_fmt} differs from reference {ref.pix_fmt}"
+                    notes += [note] if note not in notes else []
+                if ref.corrupt or cand.corrupt:
+                    c = _concealment(n, packet, info.codec_tag, ref, cand, slices_of)
+                    concealed.append(c)
+                    notes.append(_concealment_note(c))
+                    if c.excluded_slices:
+                        cand = _exclude(ref, cand, header, c.excluded_slices)
+                try:
+                    frame_stats = compare_frames(ref, cand, header, n, worst_n)
+                except ValueError as e:
+                    raise DecodeError(f"{path}, frame {n}: candidate output cannot be compared: {e}") from e
+                stats = merge_stats(stats, frame_stats)
+                if on_frame is not None:
+                    on_frame(n, ref, cand)
+                n += 1
+                if progress is not None:
+                    progress(n, expected)
+                if frames is not None and n >= frames:
+                    break   # CandidateFrames read no packet past this one: damage there stays unread
+        finally:
+            candidates.close()      # the frames in flight, before the file closes
+            slices_of.close()
     stats = {k: _tag_file(v, path) for k, v in (stats or {}).items()}
     return FileResult(
         path=path, stream=info, frames=n, device=getattr(session, "device_name", None),

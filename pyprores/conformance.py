@@ -26,6 +26,7 @@ from .compare import compare_file
 from .corpus import load_manifest
 from .errors import DeviceError, NativeLibraryError, PyproresError
 from .model import PLANE_NAMES, Frame
+from .pipeline import DEFAULT_IN_FLIGHT
 
 BEGIN = "<!-- pyprores conformance: begin -->"
 END = "<!-- pyprores conformance: end -->"
@@ -90,9 +91,11 @@ class ConformanceRun:
 
 
 def check_clip(entry: dict, base: Path, session,
-               progress: Callable[[int, "int | None"], None] | None = None) -> ClipResult:
-    """Check one manifest clip with ``session``. A file the pipeline refuses
-    becomes the clip's ``error``; device and extension failures propagate."""
+               progress: Callable[[int, "int | None"], None] | None = None,
+               in_flight: int = DEFAULT_IN_FLIGHT) -> ClipResult:
+    """Check one manifest clip with ``session`` (``in_flight`` frames decoding
+    at once, see :func:`pyprores.compare.compare_file`). A file the pipeline
+    refuses becomes the clip's ``error``; device and extension failures propagate."""
     res = ClipResult(name=entry["name"], description=entry.get("description", ""),
                      pix_fmt=entry["pix_fmt"], expected_frames=entry["frames"])
     expected = entry["framemd5"]
@@ -107,7 +110,8 @@ def check_clip(entry: dict, base: Path, session,
             res.first_md5_mismatch = n
 
     try:
-        fr = compare_file(base / entry["file"], session, progress=progress, on_frame=on_frame)
+        fr = compare_file(base / entry["file"], session, progress=progress, on_frame=on_frame,
+                          in_flight=in_flight)
     except (DeviceError, NativeLibraryError):
         raise
     except PyproresError as e:
@@ -127,10 +131,11 @@ CheckAll = Callable[[list, Path, "Callable[[int, int], None] | None"], "tuple[li
 
 
 def run(manifest_path: str | os.PathLike, session=None, progress: Callable[[int, int], None] | None = None,
-        check_all: CheckAll | None = None) -> ConformanceRun:
+        check_all: CheckAll | None = None, in_flight: int = DEFAULT_IN_FLIGHT) -> ConformanceRun:
     """Check every clip of the manifest with ``session`` (a native.Session or
-    anything with its interface), or with ``check_all`` (the clips spread
-    over workers: pyprores.cluster.conformance_clips)."""
+    anything with its interface; ``in_flight`` frames decoding at once), or
+    with ``check_all`` (the clips spread over workers:
+    pyprores.cluster.conformance_clips, which has its own ``in_flight``)."""
     import time
     doc = load_manifest(manifest_path)
     base = Path(doc["_dir"])
@@ -147,7 +152,7 @@ def run(manifest_path: str | os.PathLike, session=None, progress: Callable[[int,
                 if progress:
                     progress(_before + done, total)
 
-            results.append(check_clip(entry, base, session, step))
+            results.append(check_clip(entry, base, session, step, in_flight))
             done_before += entry["frames"]
             if progress:
                 progress(done_before, total)

@@ -17,6 +17,7 @@ slice by slice, to decode one slice in isolation or a corrupted slice.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Union
 
 import numpy as np
@@ -33,13 +34,25 @@ except ImportError as _e:  # pragma: no cover - depends on the build
 else:
     _IMPORT_ERROR = None
 
-__all__ = ["Session", "inspect", "has_hwaccel", "ffmpeg_version", "avcodec_version",
+__all__ = ["Session", "StreamFrame", "inspect", "has_hwaccel", "ffmpeg_version", "avcodec_version",
            "codec_tag_int", "available", "build_info"]
 
 CodecTag = Union[str, bytes, int]
 Buffer = Union[bytes, bytearray, memoryview, np.ndarray]
 
 _FIELDS = {0: "frame", 1: "top", 2: "bottom"}
+_NOPTS = -0x8000000000000000   # AV_NOPTS_VALUE
+
+
+@dataclass
+class StreamFrame:
+    """A frame from :meth:`Session.receive_frame`: the frame, and the pts of
+    the packet it was decoded from (None when that packet had none)."""
+
+    pts: int | None
+    frame: Frame
+    #: "progressive", "tt" (top field first) or "bb" (bottom field first), from the decoded frame
+    field_order: str = "progressive"
 
 
 def available() -> bool:
@@ -186,6 +199,9 @@ class Session:
         self._ptr: Any = None
         self._frame_info: FrameInfo | None = None
         self.backend = backend
+        #: the device asked for (None: FFmpeg's default), and the software slice threads
+        self.device = None if device is None else str(device)
+        self.threads = int(threads)
         if backend not in ("vulkan", "software"):
             raise ValueError(f"backend must be 'vulkan' or 'software', not {backend!r}")
         out = ffi.new("ppr_session **")
@@ -357,6 +373,92 @@ class Session:
         if rc < 0:
             _raise(rc, ptr)
         return self._frame(planes, arrays, pix_fmt, bit_depth)
+
+    # -- streaming: several frames in flight -----------------------------------
+    # ppr_stream_config/ppr_send_packet/ppr_receive_frame/ppr_download_frame
+    # (csrc/pyprores.h, "streaming"). pyprores.stream.StreamDecoder builds a
+    # file iterator with caller buffers on the same calls; these give one
+    # frame at a time in new arrays (pyprores.pipeline uses them). Streaming
+    # and decode()/end_frame() on one session exclude each other: decode()
+    # drops the frames in flight (call stream_reset() or receive them first).
+
+    def stream_config(self, max_in_flight: int = 4, err_detect: bool = True) -> None:
+        """Set up streaming before the first :meth:`send_packet` (or after
+        :meth:`stream_reset`): ``max_in_flight`` Vulkan frame threads (1-64),
+        ``err_detect`` to have damaged frames flagged (series patch 19; the
+        one-call :meth:`decode` always asks for it)."""
+        L = _lib()
+        ptr = self._live()
+        flags = L.PPR_STREAM_ERR_DETECT if err_detect else 0
+        rc = L.ppr_stream_config(ptr, int(max_in_flight), flags)
+        if rc < 0:
+            _raise(rc, ptr)
+
+    def send_packet(self, packet: Buffer | None, codec_tag: CodecTag = "apch",
+                    pts: int | None = None) -> bool:
+        """Send one packet (copied) with its ``pts``; ``None`` ends the stream
+        (then :meth:`receive_frame` until it gives None). False: the decoder
+        is full, or drains its frames before a size or format change:
+        receive a frame, then send the same packet again. Raises as
+        :meth:`decode`."""
+        L = _lib()
+        ptr = self._live()
+        if packet is None:
+            rc = L.ppr_send_packet(ptr, ffi.NULL, 0, 0, _NOPTS)
+        else:
+            data, size = _buffer(packet)
+            rc = L.ppr_send_packet(ptr, data, size, codec_tag_int(codec_tag),
+                                   _NOPTS if pts is None else int(pts))
+            del data
+        if rc == L.PPR_EAGAIN:
+            return False
+        if rc < 0:
+            _raise(rc, ptr)
+        return True
+
+    def receive_frame(self) -> StreamFrame | None:
+        """The next frame in decoding order, downloaded into new arrays, or
+        None when there is none now (before the end of the stream: send more
+        packets; after it: every frame was received). Raises DecodeError when
+        the decoder rejected a packet, DeviceError when the hwaccel failed."""
+        L = _lib()
+        ptr = self._live()
+        c = ffi.new("ppr_stream_frame *")
+        rc = L.ppr_receive_frame(ptr, c)
+        if rc in (L.PPR_RECV_AGAIN, L.PPR_RECV_EOF):
+            return None
+        if rc < 0:
+            _raise(rc, ptr)
+        planes = ffi.new("ppr_planes *")
+        planes.count = c.layout.count
+        arrays: dict[str, np.ndarray] = {}
+        keep = []
+        for i in range(c.layout.count):
+            arr = np.empty((c.layout.plane[i].height, c.layout.plane[i].width), np.uint16)
+            buf = ffi.from_buffer("uint16_t[]", arr, require_writable=True)
+            keep.append(buf)
+            p = planes.plane[i]
+            p.width, p.height = arr.shape[1], arr.shape[0]
+            p.data = buf
+            p.stride = arr.strides[0]
+            arrays[PLANE_NAMES[i]] = arr
+        rc = L.ppr_download_frame(ptr, planes)
+        del keep
+        if rc < 0:
+            _raise(rc, ptr)
+        frame = self._frame(planes, arrays, ffi.string(c.pix_fmt).decode("ascii"), int(c.bit_depth))
+        if self.backend == "vulkan" and frame.corrupt:
+            # the hwaccel's per-slice reports cannot be told apart between the
+            # frames in flight: which slices it concealed is not known here
+            frame.concealed = None
+        order = ("tt" if c.top_field_first else "bb") if c.interlaced else "progressive"
+        return StreamFrame(pts=None if c.pts == _NOPTS else int(c.pts), frame=frame, field_order=order)
+
+    def stream_reset(self) -> None:
+        """Drop the frames in flight and end the streaming decoder's threads;
+        the session stays open. Idempotent."""
+        if self._ptr is not None:
+            _lib().ppr_stream_reset(self._ptr)
 
     # -- lifetime -----------------------------------------------------------
     def close(self) -> None:
