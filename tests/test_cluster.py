@@ -95,7 +95,8 @@ def test_devices_round_robin_over_worker_names(monkeypatch):
 
 
 def test_jobs_report_equals_serial(clip_dir, tmp_path, capsys):
-    code, out, err = run(["compare", clip_dir, "--json", tmp_path / "serial.json"], capsys)
+    # the serial run one frame per call, the workers with frames in flight (the default)
+    code, out, err = run(["compare", clip_dir, "--in-flight", "1", "--json", tmp_path / "serial.json"], capsys)
     assert code == 0, err
     # two --device (the same lavapipe, by index and by name): the workers take one each
     pcode, pout, perr = run(["compare", clip_dir, "--jobs", "2", "--device", "0", "--device", "llvmpipe",
@@ -112,8 +113,8 @@ def test_scheduler_bad_file_in_the_middle(client, clip_dir, bad_file, tmp_path, 
     files = files_of(clip_dir)
     argv = ["compare", files[0], bad_file, *files[1:]]
     code, out, err = run(argv + ["--json", tmp_path / "serial.json"], capsys)
-    pcode, pout, perr = run(argv + ["--scheduler", client.scheduler.address, "--json", tmp_path / "dask.json"],
-                            capsys)
+    pcode, pout, perr = run(argv + ["--scheduler", client.scheduler.address, "--in-flight", "3",
+                                    "--json", tmp_path / "dask.json"], capsys)
     assert code == pcode == 2
     assert out == pout and "Traceback" not in perr
     assert (tmp_path / "serial.json").read_text() == (tmp_path / "dask.json").read_text()

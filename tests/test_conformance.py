@@ -133,6 +133,26 @@ def test_conformance_prints_table_without_out(quick_corpus, tmp_path):
     assert len(rows) == 3 and all(r[6] == "0" for r in rows)
 
 
+def test_conformance_table_is_the_same_one_frame_per_call(quick_corpus, tmp_path):
+    """Frames in flight (the default) and --in-flight 1 give the same rows, on a
+    subset with every pixel format and scan (two-frame clips among them)."""
+    doc = json.loads((quick_corpus / "manifest.json").read_text())
+    picked: dict = {}
+    for c in doc["clips"]:
+        picked.setdefault((c["pix_fmt"], c["params"]["scan"], c["frames"] > 1), c)
+    doc["clips"] = list(picked.values())
+    for c in doc["clips"]:
+        os.symlink(quick_corpus / c["file"], tmp_path / c["file"])
+    (tmp_path / "manifest.json").write_text(json.dumps(doc))
+    tables = []
+    for extra in ([], ["--in-flight", "1"]):
+        res = cli("conformance", tmp_path, "--no-progress", *extra)
+        assert res.returncode == 0, res.stderr
+        tables.append(table_rows(res.stdout))
+    assert tables[0] == tables[1] and len(tables[0]) == len(picked) >= 10
+    assert "--in-flight 1" in res.stdout      # the command line says so
+
+
 def test_conformance_fails_on_manifest_mismatch(quick_corpus, tmp_path):
     """A manifest MD5 that the decoders do not reproduce: exit 1, named in the table."""
     doc = json.loads((quick_corpus / "manifest.json").read_text())
