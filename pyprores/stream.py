@@ -20,6 +20,7 @@ are dropped, its threads end and the Vulkan device is released.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Iterable, Iterator, Union
@@ -36,6 +37,22 @@ Packet = Union[bytes, bytearray, memoryview]
 PacketSource = Iterable[Union[Packet, "tuple[Packet, int | None]"]]
 
 _NOPTS = -0x8000000000000000   # AV_NOPTS_VALUE
+
+
+_SPARE = 3   # sets of planes kept for reuse
+
+
+def _refcounts(arrays: dict[str, np.ndarray]) -> list[int]:
+    return [sys.getrefcount(a) for a in arrays.values()]
+
+
+# what _refcounts() sees for an array that only its dict holds, on this interpreter
+_FREE_REFS = _refcounts({"x": np.empty(1, np.uint16)})[0]
+
+
+def _unheld(arrays: dict[str, np.ndarray]) -> bool:
+    """True when nothing but ``arrays`` refers to its planes (no frame, view or caller)."""
+    return all(r == _FREE_REFS for r in _refcounts(arrays))
 
 
 @dataclass
@@ -71,7 +88,9 @@ class StreamDecoder:
     ``device``: the Vulkan device (None, an index, or a name substring).
     ``threads``: software slice threads (0 = automatic). ``max_in_flight``:
     Vulkan frames decoding at once (FFmpeg frame threads, >= 1).
-    ``reuse_buffers``: False gives each frame new arrays; True writes every
+    ``reuse_buffers``: False gives each frame arrays of its own (those of an
+    earlier frame are written again only once nothing refers to them: no
+    frame, view or other reference, so no fresh pages per frame); True writes every
     frame into the same arrays (valid until the next frame; new ones when the
     size changes); a dict of uint16 arrays (``"Y"``, ``"Cb"``, ``"Cr"``[,
     ``"A"``], rows may be padded) makes the decoder write into the caller's
@@ -100,6 +119,10 @@ class StreamDecoder:
         self._gen: Iterator[DecodedFrame] | None = None
         self._reuse = reuse_buffers
         self._buffers: dict[str, np.ndarray] | None = None
+        # reuse_buffers=False: planes of earlier frames that nobody holds any
+        # more are written again rather than allocated anew (fresh pages cost
+        # a page fault each: a third of the time per 4K frame on a GPU)
+        self._spare: list[dict[str, np.ndarray]] = []
         self.time_base: Fraction | None = None
         self.path: str | None = None
         if isinstance(source, (str, os.PathLike)):
@@ -224,9 +247,16 @@ class StreamDecoder:
         if self._reuse and self._buffers is not None and \
                 {k: v.shape for k, v in self._buffers.items()} == shapes:
             return self._buffers
+        if not self._reuse:
+            for arrays in self._spare:
+                if _unheld(arrays) and {k: v.shape for k, v in arrays.items()} == shapes:
+                    return arrays
         arrays = {k: np.empty(s, np.uint16) for k, s in shapes.items()}
         if self._reuse:
             self._buffers = arrays
+        else:
+            # the newest sets: an old one still held is likely kept for good
+            self._spare = ([a for a in self._spare if not _unheld(a)] + [arrays])[-_SPARE:]
         return arrays
 
     def _download(self, ptr: Any, c_frame: Any) -> DecodedFrame:
@@ -261,7 +291,9 @@ class StreamDecoder:
             if self.backend == "software" else ()
         pts = None if c_frame.pts == _NOPTS else int(c_frame.pts)
         frame = DecodedFrame(
-            planes=arrays, pix_fmt=ffi.string(c_frame.pix_fmt).decode("ascii"),
+            # without reuse, the frame's own dict: its planes count as held while it lives
+            planes=arrays if self._reuse else dict(arrays),
+            pix_fmt=ffi.string(c_frame.pix_fmt).decode("ascii"),
             bit_depth=int(c_frame.bit_depth), corrupt=bool(c_frame.corrupt),
             extra={"backend": self.backend}, error_flags=int(c_frame.error_flags),
             concealed=concealed, index=self._count, pts=pts,

@@ -10,6 +10,7 @@ is a NotProResError; a size change mid-stream gives correct frames.
 from __future__ import annotations
 
 import os
+import weakref
 from pathlib import Path
 
 import av
@@ -234,3 +235,27 @@ def test_bad_arguments(paths):
         pyprores.open_decoder(paths["hq422"], backend="software", max_in_flight=0)
     with pytest.raises(ValueError, match="backend"):
         pyprores.open_decoder(paths["hq422"], backend="cuda")
+
+
+def test_planes_recycled_only_once_let_go(paths):
+    """Without reuse_buffers, a frame's planes are written again only when
+    nothing holds them: a kept frame or view keeps its samples, dropped ones
+    are recycled (no fresh pages per frame)."""
+    want = reference(paths["hq422"])
+    seen: list[weakref.ref] = []
+    reused = 0
+    with pyprores.open_decoder(paths["hq422"], backend="software") as dec:
+        kept_frame, kept_view = None, None
+        for n, frame in enumerate(dec):
+            assert_same(frame, want[n], f"frame {n}")
+            y = frame.planes["Y"]
+            reused += any(r() is y for r in seen)   # an earlier frame's array, written again
+            seen.append(weakref.ref(y))
+            if n == 0:
+                kept_frame = frame
+            elif n == 1:
+                kept_view = frame.planes["Cb"][1:, :]   # a view holds its base
+            del frame, y
+    assert_same(kept_frame, want[0], "kept frame")
+    assert np.array_equal(kept_view, want[1].planes["Cb"][1:, :])
+    assert reused, "dropped frames' planes were never reused"
