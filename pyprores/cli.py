@@ -19,7 +19,7 @@ from typing import Sequence
 
 from . import __version__, builds, candidate, clips, demux
 from .compare import compare_file, summarize
-from .pipeline import DEFAULT_IN_FLIGHT
+from .pipeline import DEFAULT_IN_FLIGHT, MAX_IN_FLIGHT
 from .errors import DeviceError, NativeLibraryError, PyproresError
 from .geometry import MB_SIZE
 from .progress import ProgressBar
@@ -39,6 +39,13 @@ def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
+
+
+def _in_flight(text: str) -> int:
+    value = _positive(text)
+    if value > MAX_IN_FLIGHT:
+        raise argparse.ArgumentTypeError(f"must be 1 to {MAX_IN_FLIGHT}, not {value}")
     return value
 
 
@@ -87,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="check files on an existing Dask cluster (e.g. tcp://host:8786)")
     cmp.add_argument("--results", metavar="DIR",
                      help="keep each finished file's result in DIR; a run started again skips them")
-    cmp.add_argument("--in-flight", type=_positive, default=DEFAULT_IN_FLIGHT, metavar="N",
+    cmp.add_argument("--in-flight", type=_in_flight, default=DEFAULT_IN_FLIGHT, metavar="N",
                      help="frames decoding at once on the Vulkan device (default %(default)s; 1: one frame "
                           "per call, as before); the report does not depend on it")
     cmp.set_defaults(func=cmd_compare)
@@ -158,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="check clips in N worker processes (Dask LocalCluster), one Vulkan session each")
     con.add_argument("--scheduler", metavar="ADDRESS",
                      help="check clips on an existing Dask cluster (e.g. tcp://host:8786)")
-    con.add_argument("--in-flight", type=_positive, default=DEFAULT_IN_FLIGHT, metavar="N",
+    con.add_argument("--in-flight", type=_in_flight, default=DEFAULT_IN_FLIGHT, metavar="N",
                      help="frames decoding at once on the Vulkan device (default %(default)s; 1: one frame "
                           "per call); the table does not depend on it")
     con.set_defaults(func=cmd_conformance)

@@ -49,10 +49,12 @@ from typing import Any, Iterable, Iterator
 from .errors import PyproresError
 from .model import Frame, FrameInfo
 
-__all__ = ["DEFAULT_IN_FLIGHT", "CandidateFrames", "Item", "can_stream"]
+__all__ = ["DEFAULT_IN_FLIGHT", "MAX_IN_FLIGHT", "CandidateFrames", "Item", "can_stream"]
 
 #: frames decoding at once on the candidate's device unless told (as pyprores.open_decoder)
 DEFAULT_IN_FLIGHT = 4
+#: the most (ppr_stream_config's limit on frame threads)
+MAX_IN_FLIGHT = 64
 #: a file goes one frame per call for good after this many interruptions of the stream
 #: (one-frame decodes while streaming) when they are also more than 1 in RATIO of its frames
 STICKY_INTERRUPTIONS = 2
@@ -117,9 +119,11 @@ class CandidateFrames:
 
     def __init__(self, session: Any, pairs: Iterable[tuple[bytes, Frame]], codec_tag: str, *,
                  limit: int | None = None, max_in_flight: int = DEFAULT_IN_FLIGHT) -> None:
+        if not 1 <= int(max_in_flight) <= MAX_IN_FLIGHT:
+            raise ValueError(f"max_in_flight must be 1 to {MAX_IN_FLIGHT} (frame threads), not {max_in_flight}")
         self.session = session
         self.codec_tag = codec_tag
-        self.max_in_flight = max(1, int(max_in_flight))
+        self.max_in_flight = int(max_in_flight)
         self.streaming = self.max_in_flight > 1 and can_stream(session)
         self.stats = {"streamed": 0, "serial": 0, "redecoded": 0, "stream_failures": 0}
         self._pairs: Iterator[tuple[bytes, Frame]] = iter(pairs)

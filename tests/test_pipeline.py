@@ -475,3 +475,11 @@ def test_cli_report_is_the_same_with_frames_in_flight(mixed, tmp_path, capsys):
     assert outs[0][0] == 0 and outs[0] == outs[1] == outs[2]
     doc = json.loads(outs[0][1])
     assert [c["frame"] for c in doc["files"][0]["concealed"]] == sorted(DAMAGED_AT)
+
+
+def test_in_flight_limits(capsys):
+    for bad in (0, 65):
+        with pytest.raises(ValueError, match="max_in_flight must be 1 to 64"):
+            CandidateFrames(FakeSession(), [], "apch", max_in_flight=bad)
+        assert main(["compare", "--in-flight", str(bad)]) == 2
+        assert "--in-flight" in capsys.readouterr().err
