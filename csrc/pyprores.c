@@ -1452,9 +1452,15 @@ int ppr_stream_config(ppr_session *s, int frame_threads, unsigned flags)
         return leave(ppr__fail(PPR_EINVAL, "session is NULL"));
     if (frame_threads < 0 || frame_threads > 64)
         return leave(sfail(s, PPR_EINVAL, "frame_threads must be 0..64, not %d", frame_threads));
-    if (s->stream && s->avctx)
-        return leave(sfail(s, PPR_EINVAL, "the stream has started: ppr_stream_reset first"));
-    s->stream_threads = frame_threads ? frame_threads : 4;
+    if (frame_threads == 0)
+        frame_threads = 4;
+    if (s->stream && s->avctx) {
+        if (frame_threads == s->stream_threads && flags == s->stream_flags)
+            return leave(0);   /* the settings in use: keep the decoder */
+        return leave(sfail(s, PPR_EINVAL, "the stream has started with other settings: "
+                           "ppr_stream_reset first"));
+    }
+    s->stream_threads = frame_threads;
     s->stream_flags = flags;
     return leave(0);
 }

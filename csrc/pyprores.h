@@ -360,7 +360,10 @@ typedef struct ppr_stream_frame {
 } ppr_stream_frame;
 
 /* Configure streaming (before the first ppr_send_packet, or after
- * ppr_stream_reset): frame_threads >= 1 (vulkan; 0 = 4), flags PPR_STREAM_*. */
+ * ppr_stream_reset): frame_threads >= 1 (vulkan; 0 = 4), flags PPR_STREAM_*.
+ * Once the stream has started, asking again for the settings in use is a
+ * no-op (a caller that keeps the decoder between files says so each time);
+ * other settings are PPR_EINVAL until ppr_stream_reset. */
 int ppr_stream_config(ppr_session *session, int frame_threads, unsigned flags);
 
 /* Send one packet (one frame; copied) with its pts, or pkt == NULL to signal

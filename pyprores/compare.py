@@ -126,7 +126,7 @@ def compare_file(path: str | os.PathLike, session, frames: int | None = None,
         concealed: list[Concealment] = []
         slices_of = _SoftwareConcealment()
         candidates = CandidateFrames(session, src.pairs(), info.codec_tag, limit=frames,
-                                     max_in_flight=in_flight)
+                                     max_in_flight=in_flight, frames=info.frames)
         try:
             for item in candidates:
                 packet, ref = item.packet, item.reference

@@ -33,15 +33,22 @@ ones. What it hands out is what the one-frame path gives, item for item:
   one-packet mode, so the frames in flight are received first (the stream is
   drained); the next streamed packet reopens the streaming decoder. A file
   with many damaged frames is decoded one frame per call from then on (see
-  :data:`STICKY_INTERRUPTIONS`), so it is not slower than before.
+  :data:`STICKY_INTERRUPTIONS`), so it is not slower than before. A file
+  read to its end leaves the streaming decoder open in the session (no frame
+  left in it), so that the next file of the same size and format does not
+  open another; a file left early drops its frames in flight and closes it.
+  Each iteration numbers its packets from a pts base of its own, so a frame
+  of another file can never match.
 
 Sessions that cannot stream (the software backend, ``PyAVSession``, test
-doubles with only ``decode``), and ``max_in_flight`` 1, get the one-frame
-path for every item, in the order a serial loop uses (read, inspect, decode).
+doubles with only ``decode``), ``max_in_flight`` 1, and files of one frame
+get the one-frame path for every item, in the order a serial loop uses
+(read, inspect, decode).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
@@ -64,6 +71,9 @@ STICKY_RATIO = 8
 STALL_STEPS = 16
 
 _SERIAL, _STREAM = "serial", "stream"
+# each CandidateFrames numbers its packets from its own base, so that a frame of
+# another file (left in a session's decoder) can never be taken for one of this file
+_PTS_BASES = itertools.count(1)
 
 
 @dataclass(eq=False)
@@ -112,19 +122,24 @@ class CandidateFrames:
     block, or the end of the iteration) drops the frames in flight.
 
     ``limit``: read at most this many pairs. ``max_in_flight``: frames
-    decoding at once (1: one frame per call). ``stats`` counts the items
+    decoding at once (1: one frame per call). ``frames``: how many the file
+    has, when known (a file of one frame goes one frame per call). ``stats`` counts the items
     ``streamed``, those decoded ``serial`` (one frame per call), of which
     ``redecoded`` were streamed first, and the ``stream_failures``.
     """
 
     def __init__(self, session: Any, pairs: Iterable[tuple[bytes, Frame]], codec_tag: str, *,
-                 limit: int | None = None, max_in_flight: int = DEFAULT_IN_FLIGHT) -> None:
+                 limit: int | None = None, max_in_flight: int = DEFAULT_IN_FLIGHT,
+                 frames: int | None = None) -> None:
         if not 1 <= int(max_in_flight) <= MAX_IN_FLIGHT:
             raise ValueError(f"max_in_flight must be 1 to {MAX_IN_FLIGHT} (frame threads), not {max_in_flight}")
         self.session = session
         self.codec_tag = codec_tag
         self.max_in_flight = int(max_in_flight)
-        self.streaming = self.max_in_flight > 1 and can_stream(session)
+        expected = min((n for n in (limit, frames) if n is not None), default=None)
+        # one frame gains nothing in flight, and its drain is dear with 3+ frame threads
+        # (FFmpeg 7.1 on lavapipe: ~25 ms of CPU to drain one packet, 2 ms for two)
+        self.streaming = self.max_in_flight > 1 and can_stream(session) and expected != 1
         self.stats = {"streamed": 0, "serial": 0, "redecoded": 0, "stream_failures": 0}
         self._pairs: Iterator[tuple[bytes, Frame]] = iter(pairs)
         self._limit = limit
@@ -143,6 +158,7 @@ class CandidateFrames:
         self._events = 0                      # items that moved on (the stall guard's clock)
         self._started = False
         self._closed = False
+        self._pts0 = next(_PTS_BASES) << 32
 
     # -- iteration -------------------------------------------------------------
 
@@ -236,10 +252,13 @@ class CandidateFrames:
         A failure sends the items in flight, and this one, to the one-frame path."""
         try:
             if not self._configured:
-                self.session.stream_reset()
-                self.session.stream_config(self.max_in_flight, err_detect=True)
+                try:    # keeps the decoder a previous file left, when its settings are these
+                    self.session.stream_config(self.max_in_flight, err_detect=True)
+                except ValueError:
+                    self.session.stream_reset()
+                    self.session.stream_config(self.max_in_flight, err_detect=True)
                 self._configured = True
-            ok = self.session.send_packet(item.packet, self.codec_tag, item.index)
+            ok = self.session.send_packet(item.packet, self.codec_tag, self._pts0 + item.index)
         except Exception:
             self._fail_stream()
             self._reroute(item)
@@ -276,7 +295,7 @@ class CandidateFrames:
             self._reroute(self._sent.popleft())
 
     def _match(self, got: Any) -> None:
-        pts = got.pts
+        pts = None if got.pts is None else got.pts - self._pts0
         if pts is None or not any(i.index == pts for i in self._sent):
             self._fail_stream()     # a frame of no packet in flight: trust none of them
             return
@@ -299,6 +318,15 @@ class CandidateFrames:
             self._fail_stream()
             return
         self._ended = True
+
+    def _finish_stream(self) -> None:
+        """Every frame was received after the end of the stream: take the
+        decoder's end of stream too, which leaves it ready for another file."""
+        try:
+            if self.session.receive_frame() is None:
+                self._ended = False
+        except Exception:
+            pass                    # not clean: close() resets it
 
     def _drain(self) -> None:
         """Receive every frame in flight (the one-frame path needs the decoder)."""
@@ -344,13 +372,17 @@ class CandidateFrames:
     # -- lifetime --------------------------------------------------------------
 
     def close(self) -> None:
-        """Drop the frames in flight (the session stays open for other files)
-        and stop reading. Idempotent."""
+        """Stop reading, and drop the frames in flight: with some left (an
+        early exit), the streaming decoder is closed (its threads end); after
+        the end of the file it stays open in the session, so that the next
+        file of the same size and format needs no new decoder. Idempotent."""
         if self._closed:
             return
         self._closed = True
         try:
-            if self._configured:
+            if self._ended and not self._sent and self._unsent is None:
+                self._finish_stream()
+            if self._sent or self._unsent is not None or self._ended:
                 self.session.stream_reset()
         finally:
             self._sent.clear()

@@ -321,8 +321,9 @@ def test_random_faults_never_misattribute():
 # -- the real session on lavapipe ------------------------------------------------------
 
 def _mux(path: Path, packets: list[bytes], template: Path) -> Path:
-    """A .mov holding ``packets`` (the stream parameters and timing of ``template``)."""
-    with av.open(str(template)) as tpl, av.open(str(path), "w") as out:
+    """A .mov holding ``packets`` (the stream parameters and timing of ``template``),
+    its index up front (a truncated copy keeps its first frames readable)."""
+    with av.open(str(template)) as tpl, av.open(str(path), "w", options={"movflags": "+faststart"}) as out:
         src = tpl.streams.video[0]
         stream = out.add_stream_from_template(src)
         first = [p for p in tpl.demux(src) if p.size][:2]
@@ -351,7 +352,7 @@ def mixed(tmp_path_factory) -> dict:
         good = iter(list(src.packets()))
     packets = [(REGRESSIONS / f"conceal-{DAMAGED_AT[i]}-hq422-72x40.bin").read_bytes() if i in DAMAGED_AT
                else next(good) for i in range(14)]
-    return {"path": _mux(d / "mixed.mov", packets, clean), "packets": packets}
+    return {"path": _mux(d / "mixed.mov", packets, clean), "packets": packets, "clean": clean}
 
 
 def result_json(result) -> dict:
@@ -444,22 +445,43 @@ def test_size_change_mid_stream():
 
 
 @needs_vk
-def test_early_exit_and_truncation_leave_no_decoder_thread(mixed, tmp_path):
-    cut = tmp_path / "cut.mov"
-    data = mixed["path"].read_bytes()
-    cut.write_bytes(data[: len(data) * 3 // 4])
+def test_early_exit_ends_the_decoder_a_finished_file_keeps_it(mixed, tmp_path):
+    """A file left with frames in flight (an exception in the loop, here a
+    KeyboardInterrupt) drops them and ends the decoder's threads; a file read
+    to its end leaves the streaming decoder in the session for the next file
+    of the same format. A truncated file fails alike either way."""
+    clean = mixed["clean"]                      # 10 frames, 72x40 HQ
     with native.Session("vulkan") as s:
-        compare_file(mixed["path"], s, frames=1, in_flight=1)   # the one-packet decoder, for the baseline
+        compare_file(clean, s, frames=2, in_flight=1)   # the one-packet decoder: the baseline
         base = threads()
-        r = compare_file(mixed["path"], s, frames=3, in_flight=8)
-        assert r.frames == 3 and threads() <= base
+        assert compare_file(clean, s, frames=3, in_flight=8).frames == 3
+        kept = threads()
+        assert kept > base                      # 8 frame threads, idle
+        assert compare_file(clean, s, in_flight=8).frames == 10 and threads() == kept
+
+        def stop(n: int, ref, cand) -> None:
+            if n == 1:
+                raise KeyboardInterrupt
+        with pytest.raises(KeyboardInterrupt):
+            compare_file(clean, s, on_frame=stop, in_flight=8)
+        assert threads() <= base
+        cut = tmp_path / "cut.mov"
+        data = mixed["path"].read_bytes()
+        cut.write_bytes(data[: len(data) * 3 // 4])
         errors = []
         for in_flight in (1, 4):
             with pytest.raises(DecodeError) as e:
                 compare_file(cut, s, in_flight=in_flight)
             errors.append(str(e.value))
-            assert threads() <= base
-        assert errors[0] == errors[1]
+        assert errors[0] == errors[1] and "ends early" in errors[0]
+
+
+def test_a_one_frame_file_goes_one_frame_per_call():
+    packets = [packet(0)]
+    got, cf, s, _ = through_pipeline(packets, limit=1)
+    assert got == one_frame_path(packets) and s.configured == 0
+    cf = CandidateFrames(FakeSession(), iter(Reader([packet(i) for i in range(3)])), "apch", frames=1)
+    assert not cf.streaming
 
 
 @needs_vk
@@ -483,3 +505,20 @@ def test_in_flight_limits(capsys):
             CandidateFrames(FakeSession(), [], "apch", max_in_flight=bad)
         assert main(["compare", "--in-flight", str(bad)]) == 2
         assert "--in-flight" in capsys.readouterr().err
+
+
+@needs_vk
+def test_stream_config_again_keeps_the_decoder(mixed):
+    """ppr_stream_config with the settings in use is a no-op once streaming (the
+    decoder a finished file left is kept); other settings need a reset first."""
+    with native.Session("vulkan") as s:
+        s.stream_config(3)
+        assert s.send_packet(mixed["packets"][0], "apch", 7)
+        s.stream_config(3)
+        with pytest.raises(ValueError, match="other settings"):
+            s.stream_config(2)
+        assert s.send_packet(None)
+        got = s.receive_frame()
+        assert got.pts == 7 and not got.frame.corrupt and s.receive_frame() is None
+        s.stream_reset()
+        s.stream_config(2)
