@@ -64,6 +64,7 @@ struct ppr_session {
     char av_last[PPR_MSG_SIZE];     /* last error-level line from FFmpeg */
     int av_last_open;               /* its last fragment had no newline */
     int validation;
+    int validation_no_practices;    /* "practices" chosen for PYPRORES_VALIDATION=1: drop them */
     int validation_count;           /* all messages seen */
     int validation_kept;            /* messages stored (at most PPR_VALIDATION_KEEP) */
     char **validation_msgs;
@@ -221,6 +222,8 @@ static int ignored_validation(const ppr_session *s, const char *line)
     for (i = 0; validation_noise[i]; i++)
         if (strstr(line, validation_noise[i]))
             return 1;
+    if (s->validation_no_practices && strstr(line, "BestPractices"))
+        return 1;
     for (p = s->validation_ignore; p && *p; p = *end ? end + 1 : end) {
         char pat[256];
         size_t n;
@@ -630,10 +633,29 @@ int ppr_device_sessions(ppr_session *s)
     return n;
 }
 
-static int env_validation(void)
+/* The validation mode PYPRORES_VALIDATION asks for, as the value of FFmpeg's
+ * device option debug, or NULL: none when unset, empty or "0"; one of
+ * FFmpeg's mode names as given; else ("1") "practices", whose messages of
+ * the best-practices checks the session then leaves out (*no_practices),
+ * i.e. core and synchronization validation. Not "validate" by default: the
+ * GPU-assisted validation it adds loses, in Debian 12's layer (1.3.239), the
+ * timeline semaphore signals of vkQueueSubmit2, so each hwcontext_vulkan
+ * frame freed waits 10 s per semaphore in the layer
+ * (UNASSIGNED-VkSemaphore-state-timeout): 30-40 s for every decoder closed. */
+static const char *env_validation(int *no_practices)
 {
+    static const char *const modes[] = { "validate", "printf", "practices", NULL };
     const char *v = getenv("PYPRORES_VALIDATION");
-    return v && *v && strcmp(v, "0") != 0;
+    int i;
+
+    *no_practices = 0;
+    if (!v || !*v || !strcmp(v, "0"))
+        return NULL;
+    for (i = 0; modes[i]; i++)
+        if (!strcmp(v, modes[i]))
+            return modes[i];
+    *no_practices = 1;
+    return "practices";
 }
 
 /* FFmpeg 9 (libavutil 60 and later): let the device finish all submitted work
@@ -777,8 +799,9 @@ int ppr_open_ex(ppr_session **out, const char *backend, const char *device, int 
     } else {
         AVDictionary *opts = NULL;
         char msg[PPR_MSG_SIZE], key[PPR_MSG_SIZE];
+        const char *debug = env_validation(&s->validation_no_practices);
 
-        s->validation = env_validation();
+        s->validation = !!debug;
         if (s->validation && getenv("PYPRORES_VALIDATION_IGNORE")) {
             s->validation_ignore = strdup(getenv("PYPRORES_VALIDATION_IGNORE"));
             if (!s->validation_ignore) {
@@ -790,7 +813,7 @@ int ppr_open_ex(ppr_session **out, const char *backend, const char *device, int 
          * device creation time (about 30 ms each with NVIDIA's driver), and
          * four per family decode as fast as all of them (docs/BENCHMARKS.md,
          * run 7); the option comes with the series' patch 15. */
-        if ((s->validation && av_dict_set(&opts, "debug", "1", 0) < 0) ||
+        if ((debug && av_dict_set(&opts, "debug", debug, 0) < 0) ||
             av_dict_set(&opts, "limit_queues", "4", 0) < 0) {
             av_dict_free(&opts);
             session_free(s);
@@ -801,7 +824,7 @@ int ppr_open_ex(ppr_session **out, const char *backend, const char *device, int 
             session_free(s);
             return leave(ppr__fail(PPR_ENODEVICE, "this FFmpeg build has no Vulkan support"));
         }
-        snprintf(key, sizeof(key), "%d:%s", s->validation, device ? device : "");
+        snprintf(key, sizeof(key), "%s:%s", debug ? debug : "", device ? device : "");
         ret = device_acquire(s, key, device, opts);
         av_dict_free(&opts);
         if (ret < 0) {

@@ -198,8 +198,10 @@ int ppr_frame_layout(const ppr_frame_info *info, ppr_planes *out);
  * device:  vulkan only: NULL (FFmpeg's default device), an index ("0") or a
  *          substring of the device name; passed to av_hwdevice_ctx_create().
  * With the environment variable PYPRORES_VALIDATION=1 the Vulkan device is
- * created with the Khronos validation layer (FFmpeg's device option
- * debug=1, "validate"), and its messages are counted
+ * created with the Khronos validation layer (core and synchronization
+ * validation: FFmpeg's device option debug=practices, whose best-practices
+ * messages are left out; PYPRORES_VALIDATION=validate, printf or practices
+ * selects that mode as it is), and its messages are counted
  * (ppr_validation_messages); without the layer installed ppr_open fails with
  * PPR_ENODEVICE. A vulkan session
  * never falls back to software: when the build has no ProRes Vulkan hwaccel,
