@@ -96,10 +96,9 @@ class StreamDecoder:
     ``"A"``], rows may be padded) makes the decoder write into the caller's
     own arrays. ``err_detect`` (Vulkan; default True, as :class:`native.Session`):
     decode with error detection so that damaged frames are flagged ``corrupt``
-    (series patch 19). False is faster on a GPU (patch 19 then returns frames
-    without waiting), but on lavapipe under the validation layer closing such
-    a decoder after a 4444 + alpha clip hangs (open, docs/PYTHON.md); the
-    software decoder always flags damaged frames.
+    (series patch 19). False returns frames without waiting for their slice
+    report, which costs about 3% decoder only on an H100 (docs/BENCHMARKS.md);
+    the software decoder always flags damaged frames.
 
     Errors: :class:`pyprores.NotProResError` (no ProRes stream),
     :class:`pyprores.DecodeError` (a damaged or truncated file: the frames
