@@ -1503,28 +1503,88 @@ void ppr_stream_reset(ppr_session *s)
     tls_session = NULL;
 }
 
+struct ppr_packet {
+    AVPacket *av;       /* refcounted, padded, pts set */
+};
+
+ppr_packet *ppr_packet_new(const uint8_t *data, size_t size, int64_t pts)
+{
+    ppr_packet *p;
+
+    ppr__ensure_init();
+    if (size > INT_MAX - AV_INPUT_BUFFER_PADDING_SIZE || (size && !data)) {
+        ppr__fail(PPR_EINVAL, size && !data ? "packet data is NULL" : "packet too large");
+        return NULL;
+    }
+    p = calloc(1, sizeof(*p));
+    if (!p || !(p->av = av_packet_alloc()) || av_new_packet(p->av, (int)size) < 0) {
+        if (p)
+            av_packet_free(&p->av);
+        free(p);
+        ppr__fail(PPR_ENOMEM, "out of memory");
+        return NULL;
+    }
+    /* av_new_packet zeroed the padding */
+    if (size)
+        memcpy(p->av->data, data, size);
+    p->av->pts = pts;
+    return p;
+}
+
+size_t ppr_packet_size(const ppr_packet *p)
+{
+    return p ? (size_t)p->av->size : 0;
+}
+
+void ppr_packet_free(ppr_packet *p)
+{
+    if (!p)
+        return;
+    av_packet_free(&p->av);
+    free(p);
+}
+
+static int stream_send(ppr_session *s, const uint8_t *pkt, size_t size, uint32_t tag,
+                       int64_t pts, const AVPacket *prepared);
+
 int ppr_send_packet(ppr_session *s, const uint8_t *pkt, size_t size, uint32_t tag, int64_t pts)
+{
+    enter(s);
+    return leave(stream_send(s, pkt, size, tag, pts, NULL));
+}
+
+int ppr_send_prepared(ppr_session *s, const ppr_packet *p, uint32_t tag)
+{
+    enter(s);
+    if (!p)
+        return leave(stream_send(s, NULL, 0, tag, 0, NULL));
+    return leave(stream_send(s, p->av->data, (size_t)p->av->size, tag, p->av->pts, p->av));
+}
+
+/* ppr_send_packet's work, between enter() and leave(): the packet is pkt/size
+ * (NULL: the end of the stream), copied unless `prepared` holds it already */
+static int stream_send(ppr_session *s, const uint8_t *pkt, size_t size, uint32_t tag,
+                       int64_t pts, const AVPacket *prepared)
 {
     ppr_frame_info info;
     enum AVPixelFormat fmt;
     char msg[PPR_MSG_SIZE];
     int ret;
 
-    enter(s);
     if (!s)
-        return leave(ppr__fail(PPR_EINVAL, "session is NULL"));
+        return ppr__fail(PPR_EINVAL, "session is NULL");
     if (!pkt) {                                     /* end of stream */
         if (!s->stream || !s->avctx || s->st_draining || s->st_eof)
-            return leave(0);
+            return 0;
         ret = avcodec_send_packet(s->avctx, NULL);
         if (ret < 0 && ret != AVERROR_EOF)
-            return leave(sfail(s, PPR_EDECODE, "could not drain the decoder: %s",
-                               av_err2str(ret)));
+            return sfail(s, PPR_EDECODE, "could not drain the decoder: %s",
+                         av_err2str(ret));
         s->st_draining = 1;
-        return leave(0);
+        return 0;
     }
     if (size > INT_MAX - AV_INPUT_BUFFER_PADDING_SIZE)
-        return leave(sfail(s, PPR_EINVAL, "packet too large"));
+        return sfail(s, PPR_EINVAL, "packet too large");
     /* as ppr_decode: the software decoder gets only packets that the header
      * parser accepts, the hwaccel those with a sound frame header */
     ret = s->backend == BACKEND_SOFTWARE ? session_inspect(s, pkt, size, tag, &info)
@@ -1532,7 +1592,7 @@ int ppr_send_packet(ppr_session *s, const uint8_t *pkt, size_t size, uint32_t ta
     if (ret < 0) {
         if (s->backend != BACKEND_SOFTWARE)
             snprintf(s->err, sizeof(s->err), "%s", tls_err);
-        return leave(ret);
+        return ret;
     }
     fmt = av_get_pix_fmt(info.pix_fmt);
 
@@ -1545,7 +1605,7 @@ int ppr_send_packet(ppr_session *s, const uint8_t *pkt, size_t size, uint32_t ta
                 s->st_draining = 1;
             }
             ppr_frame_info_free(&info);
-            return leave(sfail(s, PPR_EAGAIN, "the stream changes: receive the frames in flight"));
+            return sfail(s, PPR_EAGAIN, "the stream changes: receive the frames in flight");
         }
         av_frame_unref(s->frame);
         stream_state_reset(s);
@@ -1556,12 +1616,12 @@ int ppr_send_packet(ppr_session *s, const uint8_t *pkt, size_t size, uint32_t ta
         if (ret < 0) {
             s->stream = 0;
             ppr_frame_info_free(&info);
-            return leave(ret);
+            return ret;
         }
     } else if (s->st_eof || s->st_draining) {
         if (s->st_in_flight > 0 && !s->st_eof) {
             ppr_frame_info_free(&info);
-            return leave(sfail(s, PPR_EAGAIN, "the stream is draining: receive its frames"));
+            return sfail(s, PPR_EAGAIN, "the stream is draining: receive its frames");
         }
         avcodec_flush_buffers(s->avctx);
         stream_state_reset(s);
@@ -1569,32 +1629,38 @@ int ppr_send_packet(ppr_session *s, const uint8_t *pkt, size_t size, uint32_t ta
     ppr_frame_info_free(&info);
 
     av_packet_unref(s->pkt);
-    if (av_new_packet(s->pkt, (int)size) < 0)
-        return leave(sfail(s, PPR_ENOMEM, "out of memory"));
-    memcpy(s->pkt->data, pkt, size);
-    s->pkt->pts = pts;
+    if (prepared) {                     /* a reference, no copy */
+        if (av_packet_ref(s->pkt, prepared) < 0)
+            return sfail(s, PPR_ENOMEM, "out of memory");
+        av_buffer_unref(&s->pkt->opaque_ref);
+    } else {
+        if (av_new_packet(s->pkt, (int)size) < 0)
+            return sfail(s, PPR_ENOMEM, "out of memory");
+        memcpy(s->pkt->data, pkt, size);
+        s->pkt->pts = pts;
+    }
     s->pkt->opaque_ref = av_buffer_ref(s->pkt->buf);
     if (!s->pkt->opaque_ref) {
         av_packet_unref(s->pkt);
-        return leave(sfail(s, PPR_ENOMEM, "out of memory"));
+        return sfail(s, PPR_ENOMEM, "out of memory");
     }
     s->format_failed = 0;
     ret = avcodec_send_packet(s->avctx, s->pkt);
     av_packet_unref(s->pkt);
     if (ret == AVERROR(EAGAIN))
-        return leave(sfail(s, PPR_EAGAIN, "the decoder is full: receive a frame"));
+        return sfail(s, PPR_EAGAIN, "the decoder is full: receive a frame");
     if (ret < 0) {
         last_av_error(s, msg, sizeof(msg));
         if (s->format_failed)
-            return leave(sfail(s, s->format_failed, "%s", msg[0] ? msg :
-                               "this FFmpeg build has no ProRes Vulkan hwaccel"));
+            return sfail(s, s->format_failed, "%s", msg[0] ? msg :
+                         "this FFmpeg build has no ProRes Vulkan hwaccel");
         if (ret == AVERROR(ENOMEM))
-            return leave(sfail(s, PPR_ENOMEM, "out of memory while decoding"));
-        return leave(sfail(s, PPR_EDECODE, "FFmpeg could not decode the frame: %s%s%s",
-                           av_err2str(ret), msg[0] ? " - " : "", msg));
+            return sfail(s, PPR_ENOMEM, "out of memory while decoding");
+        return sfail(s, PPR_EDECODE, "FFmpeg could not decode the frame: %s%s%s",
+                     av_err2str(ret), msg[0] ? " - " : "", msg);
     }
     s->st_in_flight++;
-    return leave(0);
+    return 0;
 }
 
 int ppr_receive_frame(ppr_session *s, ppr_stream_frame *out)

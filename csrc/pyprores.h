@@ -375,6 +375,31 @@ int ppr_stream_config(ppr_session *session, int frame_threads, unsigned flags);
 int ppr_send_packet(ppr_session *session, const uint8_t *pkt, size_t size,
                     uint32_t codec_tag, int64_t pts);
 
+/* Packets prepared ahead: ppr_packet_new() makes the padded copy that
+ * ppr_send_packet() would make (AV_INPUT_BUFFER_PADDING_SIZE zeroed bytes
+ * after the data), so that another thread can prepare the next packets while
+ * the decoding thread only hands them over with ppr_send_prepared(), which
+ * takes a reference and copies nothing. A packet belongs to no session:
+ * ppr_packet_new and ppr_packet_free may run on any thread, with or without
+ * a session call in progress elsewhere. */
+typedef struct ppr_packet ppr_packet;
+
+/* A new packet holding a copy of data[0..size) and its pts; NULL when out of
+ * memory or too large (ppr_last_error(NULL) of the calling thread says). */
+ppr_packet *ppr_packet_new(const uint8_t *data, size_t size, int64_t pts);
+
+/* Its size in bytes (without the padding). NULL-safe (0). */
+size_t ppr_packet_size(const ppr_packet *packet);
+
+/* Free a packet (the decoder keeps its own reference to what it was sent).
+ * NULL-safe. */
+void ppr_packet_free(ppr_packet *packet);
+
+/* As ppr_send_packet() with the prepared packet's data and pts, without a
+ * copy; packet == NULL signals the end of the stream. The packet stays the
+ * caller's: after PPR_EAGAIN send it again, then free it when convenient. */
+int ppr_send_prepared(ppr_session *session, const ppr_packet *packet, uint32_t codec_tag);
+
 /* Receive the next frame in decoding order into the session (a frame received
  * and not yet downloaded is dropped) and describe it in *out. Returns
  * PPR_RECV_FRAME, PPR_RECV_AGAIN, PPR_RECV_EOF or an error (PPR_EDECODE: the
