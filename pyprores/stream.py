@@ -9,21 +9,27 @@ Several frames are in flight at once: the Vulkan backend decodes with
 ``max_in_flight`` FFmpeg frame threads (that many frames decode on the GPU
 while the caller's thread downloads an earlier one into numpy), the software
 backend with its slice threads, one frame at a time. Memory stays bounded by
-``max_in_flight`` decoded frames plus the one being handed out.
+``max_in_flight`` decoded frames plus the one being handed out, and
+``prefetch`` packets read and copied ahead by a thread of its own (the
+source is iterated there), so that the packet copy FFmpeg needs is off the
+decoding thread.
 
 Leaving the ``with`` block, :meth:`StreamDecoder.close`, breaking out of the
 loop and then closing, an exception in the loop body (``KeyboardInterrupt``
 included) or an error in the file all stop the decoder: the frames in flight
-are dropped, its threads end and the Vulkan device is released.
+and the packets prepared ahead are dropped, its threads (the prefetch
+thread included) end and the Vulkan device is released.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import sys
+import threading
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Iterable, Iterator, Union
+from typing import Any, Generator, Iterable, Iterator, Union
 
 import numpy as np
 
@@ -53,6 +59,88 @@ _FREE_REFS = _refcounts({"x": np.empty(1, np.uint16)})[0]
 def _unheld(arrays: dict[str, np.ndarray]) -> bool:
     """True when nothing but ``arrays`` refers to its planes (no frame, view or caller)."""
     return all(r == _FREE_REFS for r in _refcounts(arrays))
+
+
+class _Prefetcher:
+    """Reads the packet source in a thread of its own and prepares each packet
+    (the padded copy FFmpeg needs, made in C with the GIL released) up to
+    ``depth`` packets ahead, so that the decoding thread only hands over ready
+    packets. Items come out of :meth:`get` in order: ``(handle, pts)``, then
+    None at the end of the source; an exception of the source is raised by
+    :meth:`get` after the packets before it. :meth:`stop` ends the thread
+    (it finishes the packet it is reading) and frees what was prepared."""
+
+    _END = object()
+
+    def __init__(self, packets: Iterable[Any], depth: int) -> None:
+        self._packets = packets
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pyprores-prefetch", daemon=True)
+        self._thread.start()
+
+    def _put(self, item: Any) -> bool:
+        while not self._stopping.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        L, ffi = native.lib, native.ffi
+        item: Any = None
+        try:
+            for item in self._packets:
+                if self._stopping.is_set():
+                    return
+                data, pts = item if isinstance(item, tuple) else (item, None)
+                buf, size = native._buffer(data)
+                handle = L.ppr_packet_new(buf, size, _NOPTS if pts is None else int(pts))
+                buf = data = item = None
+                if handle == ffi.NULL:
+                    raise MemoryError(ffi.string(L.ppr_last_error(ffi.NULL)).decode(errors="replace"))
+                # freed when collected, or at once by ffi.release
+                handle = ffi.gc(handle, L.ppr_packet_free, size=size)
+                if not self._put((handle, pts)):
+                    ffi.release(handle)
+                    return
+                handle = None
+            self._put(self._END)
+        except DecodeError as e:   # truncated or unreadable: delivered after the packets before it
+            # a new exception: the demuxer's traceback holds PyAV packets,
+            # which must not outlive their container (PyAV crashes then)
+            e.__traceback__ = None
+            self._put(DecodeError(str(e)))
+        except BaseException as e:
+            item = None
+            self._put(e)
+        finally:
+            close = getattr(self._packets, "close", None)
+            if close is not None:   # a generator ends in the thread that ran it
+                close()
+
+    def get(self) -> tuple[Any, int | None] | None:
+        """The next prepared packet, None at the end; raises the source's error."""
+        item = self._queue.get()
+        if item is self._END:
+            return None
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def stop(self) -> None:
+        """End the thread and free the packets prepared and not taken (idempotent)."""
+        self._stopping.set()
+        while self._thread.is_alive() or not self._queue.empty():
+            try:
+                item = self._queue.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if isinstance(item, tuple):
+                native.ffi.release(item[0])
+        self._thread.join()
 
 
 @dataclass
@@ -99,6 +187,12 @@ class StreamDecoder:
     (series patch 19). False returns frames without waiting for their slice
     report, which costs about 3% decoder only on an H100 (docs/BENCHMARKS.md);
     the software decoder always flags damaged frames.
+    ``prefetch``: packets read and prepared ahead (0 = none). With ``prefetch``
+    > 0 a thread of the decoder's own iterates ``source`` and copies each
+    packet into the padded buffer FFmpeg needs (in C, without the GIL) while
+    the caller's thread decodes and downloads, so that only ready packets
+    are handed to the decoder; at most ``prefetch`` + 1 packets wait. Give 0
+    for a source that must be iterated on the caller's thread.
 
     Errors: :class:`pyprores.NotProResError` (no ProRes stream),
     :class:`pyprores.DecodeError` (a damaged or truncated file: the frames
@@ -108,9 +202,13 @@ class StreamDecoder:
     def __init__(self, source: str | os.PathLike | PacketSource, backend: str = "vulkan",
                  device: str | int | None = None, threads: int = 0, max_in_flight: int = 4,
                  *, reuse_buffers: bool | dict[str, np.ndarray] = False,
-                 codec_tag: native.CodecTag | None = None, err_detect: bool = True) -> None:
+                 codec_tag: native.CodecTag | None = None, err_detect: bool = True,
+                 prefetch: int = 2) -> None:
         if int(max_in_flight) < 1:
             raise ValueError(f"max_in_flight must be >= 1, not {max_in_flight}")
+        if int(prefetch) < 0:
+            raise ValueError(f"prefetch must be >= 0, not {prefetch}")
+        self.prefetch = int(prefetch)
         self.backend = backend
         self.max_in_flight = int(max_in_flight)
         self._source: Any = None
@@ -163,38 +261,48 @@ class StreamDecoder:
         self._count = 0
         error: BaseException | None = None
         packets: Any = None
+        prefetcher: _Prefetcher | None = None
         try:
             packets = iter(self._packets)
+            if self.prefetch:
+                prefetcher, packets = _Prefetcher(packets, self.prefetch), None
             n = 0
             while True:
-                try:
-                    item = next(packets)
-                except StopIteration:
-                    break
-                except DecodeError as e:   # truncated or unreadable: deliver what came before
-                    # a new exception: the demuxer's traceback holds PyAV packets,
-                    # which must not outlive their container (PyAV crashes then)
-                    error = DecodeError(str(e))
-                    e.__traceback__ = None
-                    break
-                data, pts = item if isinstance(item, tuple) else (item, None)
-                buf, size = native._buffer(data)
-                c_pts = _NOPTS if pts is None else int(pts)
-                stalls = 0
-                while True:
-                    rc = L.ppr_send_packet(ptr, buf, size, self.codec_tag, c_pts)
-                    if rc != L.PPR_EAGAIN:
+                if prefetcher is not None:
+                    try:
+                        got = prefetcher.get()
+                    except DecodeError as e:   # truncated or unreadable: deliver what came before
+                        error = e
                         break
-                    got = 0
-                    for frame in self._receive(ptr, c_frame, until_eof=False, first_only=True):
-                        got += 1
-                        yield frame
-                    stalls = 0 if got else stalls + 1
-                    if stalls > 2:   # pragma: no cover - a decoder that neither takes nor gives
-                        raise DecodeError(f"{self._where()}: the decoder stalled at packet {n}")
-                # an exception's traceback must not hold the cffi view of the
-                # packet: collected in a cycle, the memoryview under it breaks
-                buf = data = item = None
+                    if got is None:
+                        break
+                    handle = got[0]
+                    try:
+                        rc = yield from self._send(ptr, c_frame, n, L.ppr_send_prepared, handle,
+                                                   self.codec_tag)
+                    finally:
+                        ffi.release(handle)   # the decoder holds its own reference
+                        handle = got = None
+                else:
+                    try:
+                        item = next(packets)
+                    except StopIteration:
+                        break
+                    except DecodeError as e:   # truncated or unreadable: deliver what came before
+                        # a new exception: the demuxer's traceback holds PyAV packets,
+                        # which must not outlive their container (PyAV crashes then)
+                        error = DecodeError(str(e))
+                        e.__traceback__ = None
+                        break
+                    data, pts = item if isinstance(item, tuple) else (item, None)
+                    buf, size = native._buffer(data)
+                    c_pts = _NOPTS if pts is None else int(pts)
+                    # an exception's traceback must not hold the cffi view of the
+                    # packet: collected in a cycle, the memoryview under it breaks
+                    data = item = None
+                    rc = yield from self._send(ptr, c_frame, n, L.ppr_send_packet, buf, size,
+                                               self.codec_tag, c_pts)
+                    buf = None
                 if rc < 0:
                     self._fail(rc, ptr, n)
                 n += 1
@@ -206,10 +314,33 @@ class StreamDecoder:
             if error is not None:
                 raise error from None
         finally:
+            if prefetcher is not None:
+                prefetcher.stop()      # closes the source's iterator in its thread
             if packets is not None and hasattr(packets, "close"):
                 packets.close()    # the demuxer's generator, before its container closes
             if self._session is not None and self._session._ptr is not None:
                 L.ppr_stream_reset(self._session._ptr)
+
+    def _send(self, ptr: Any, c_frame: Any, n: int, send: Any,
+              *args: Any) -> Generator[DecodedFrame, None, int]:
+        """``send(ptr, *args)`` until the decoder takes the packet, yielding a
+        received frame whenever it answers PPR_EAGAIN; returns its last answer
+        (the caller raises on an error, once it let go of the packet)."""
+        L = native.lib
+        stalls = 0
+        while True:
+            rc = send(ptr, *args)
+            if rc != L.PPR_EAGAIN:
+                break
+            got = 0
+            for frame in self._receive(ptr, c_frame, until_eof=False, first_only=True):
+                got += 1
+                yield frame
+            stalls = 0 if got else stalls + 1
+            if stalls > 2:   # pragma: no cover - a decoder that neither takes nor gives
+                args = ()
+                raise DecodeError(f"{self._where()}: the decoder stalled at packet {n}")
+        return rc
 
     def _receive(self, ptr: Any, c_frame: Any, until_eof: bool,
                  first_only: bool = False) -> Iterator[DecodedFrame]:
