@@ -10,6 +10,8 @@ is a NotProResError; a size change mid-stream gives correct frames.
 from __future__ import annotations
 
 import os
+import threading
+import time
 import weakref
 from pathlib import Path
 
@@ -92,18 +94,20 @@ def test_frames_in_flight(paths, in_flight):
         assert_same(g, w)
 
 
+@pytest.mark.parametrize("prefetch", [0, 2])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_packets_as_source(paths, backend):
+def test_packets_as_source(paths, backend, prefetch):
     with pyprores.open(paths["4444alpha"]) as src:
         packets = list(src.packets())
     want = reference(paths["4444alpha"])
-    with pyprores.open_decoder(iter(packets), backend=backend, codec_tag="ap4h") as dec:
+    with pyprores.open_decoder(iter(packets), backend=backend, codec_tag="ap4h",
+                               prefetch=prefetch) as dec:
         got = list(dec)
     assert len(got) == FRAMES and all(g.pts is None and g.time is None for g in got)
     for g, w in zip(got, want):
         assert_same(g, w)
     with pyprores.open_decoder([(p, 10 * n) for n, p in enumerate(packets)], backend=backend,
-                               codec_tag="ap4h") as dec:
+                               codec_tag="ap4h", prefetch=prefetch) as dec:
         assert [f.pts for f in dec] == [10 * n for n in range(FRAMES)]
 
 
@@ -161,7 +165,7 @@ def test_early_exit_and_interrupt_leave_nothing_running(paths, backend):
             for n, frame in enumerate(dec):
                 if n == 2:
                     raise KeyboardInterrupt
-    assert dec._session is None and threads() <= base
+    assert dec._session is None and threads() <= base and not prefetch_threads()
     # a decoder left unclosed is released by the garbage collector too
     dec = pyprores.open_decoder(path, backend=backend)
     next(iter(dec))
@@ -230,9 +234,93 @@ def test_size_change_mid_stream(backend):
         assert g.index == n
 
 
+def prefetch_threads() -> list:
+    return [t for t in threading.enumerate() if t.name == "pyprores-prefetch"]
+
+
+class Source:
+    """A packet generator that counts what was read and where it was closed."""
+
+    def __init__(self, packets, fail_at: int | None = None) -> None:
+        self.packets, self.fail_at = packets, fail_at
+        self.read = 0
+        self.closed_in: str | None = None
+
+    def __iter__(self):
+        try:
+            for n, p in enumerate(self.packets):
+                if n == self.fail_at:
+                    raise RuntimeError(f"source failed at packet {n}")
+                self.read += 1
+                yield p
+        finally:
+            self.closed_in = threading.current_thread().name
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_prefetch_across_a_size_change(backend):
+    """Packets prepared ahead of a size change: the change waits for the frames
+    in flight, prepared packets of either size are sent by reference, frames
+    equal the reference whatever the depth (0: no prefetch thread)."""
+    want = reference(SIZE_CHANGE)
+    with pyprores.open(SIZE_CHANGE) as src:
+        packets = list(src.packets())
+        tag = src.info.codec_tag
+    for prefetch in (0, 1, 5):
+        src = Source(packets)
+        with pyprores.open_decoder(iter(src), backend=backend, codec_tag=tag, max_in_flight=3,
+                                   prefetch=prefetch) as dec:
+            got = list(dec)
+        assert src.closed_in == ("pyprores-prefetch" if prefetch else "MainThread")
+        assert len(got) == len(want), prefetch
+        for n, (g, w) in enumerate(zip(got, want)):
+            assert_same(g, w, f"prefetch {prefetch} frame {n}")
+    assert not prefetch_threads()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_prefetch_early_exit_and_source_error(paths, backend):
+    """Leaving with packets prepared and not sent frees them and ends the
+    prefetch thread; it reads at most ``prefetch`` + 1 packets past what the
+    decoder took; an error of the source reaches the caller after the frames
+    before it."""
+    with pyprores.open(paths["hq422"]) as src:
+        packets = list(src.packets())
+    keep = native.Session(backend)
+    src = Source(packets * 20)
+    with pyprores.open_decoder(iter(src), backend=backend, codec_tag="apch", max_in_flight=2,
+                               prefetch=3) as dec:
+        it = iter(dec)
+        next(it)
+        # the decoder took at most max_in_flight + 1 packets for its first frame
+        deadline = time.monotonic() + 10
+        while src.read < 3 + 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert prefetch_threads()
+    assert not prefetch_threads()
+    assert src.closed_in == "pyprores-prefetch"
+    assert 3 <= src.read <= 2 + 1 + 3 + 2, src.read
+    with pytest.raises(KeyboardInterrupt):
+        with pyprores.open_decoder(packets * 20, backend=backend, codec_tag="apch",
+                                   prefetch=4) as dec:
+            for frame in dec:
+                raise KeyboardInterrupt
+    assert not prefetch_threads()
+    src = Source(packets, fail_at=3)
+    got = []
+    with pytest.raises(RuntimeError, match="failed at packet 3"):
+        with pyprores.open_decoder(iter(src), backend=backend, codec_tag="apch") as dec:
+            for frame in dec:
+                got.append(frame)
+    assert not prefetch_threads() and len(got) <= 3
+    keep.close()
+
+
 def test_bad_arguments(paths):
     with pytest.raises(ValueError, match="max_in_flight"):
         pyprores.open_decoder(paths["hq422"], backend="software", max_in_flight=0)
+    with pytest.raises(ValueError, match="prefetch"):
+        pyprores.open_decoder(paths["hq422"], backend="software", prefetch=-1)
     with pytest.raises(ValueError, match="backend"):
         pyprores.open_decoder(paths["hq422"], backend="cuda")
 

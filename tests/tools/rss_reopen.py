@@ -9,6 +9,10 @@ MODE
   stream   pyprores.open_decoder (frame threads, error detection on) over
            every frame of SMALL, N times, while another session keeps the
            Vulkan device open: every round opens, drains and closes a decoder
+  prefetch pyprores.open_decoder over packets in memory, SMALL's and LARGE's
+           in turn (a size change among the packets prepared ahead), twice:
+           once to the end, once left after two frames with packets prepared
+           and not sent (prefetch 3), the device kept open as for stream
   session  N sessions one after the other, each decoding the first packet of
            SMALL; none is open in between, so each creates the device anew
 
@@ -63,6 +67,19 @@ def main(argv: list[str]) -> int:
             with pyprores.open_decoder(small, backend=backend, max_in_flight=2, err_detect=True) as dec:
                 frames = sum(1 for _ in dec)
             assert frames > 0
+    elif mode == "prefetch":
+        keep = native.Session(backend)
+        mixed = [(a, 0), (a, 1), (b, 2), (b, 3), (a, 4), (b, 5), (a, 6), (a, 7)]
+
+        def one_round() -> None:
+            with pyprores.open_decoder(mixed, backend=backend, codec_tag=tag_a, max_in_flight=2,
+                                       prefetch=3) as dec:
+                assert sum(1 for _ in dec) == len(mixed)
+            with pyprores.open_decoder(mixed * 4, backend=backend, codec_tag=tag_a,
+                                       max_in_flight=2, prefetch=3) as dec:
+                for n, _ in enumerate(dec):
+                    if n == 1:
+                        break
     elif mode == "session":
         def one_round() -> None:
             with native.Session(backend) as s:
