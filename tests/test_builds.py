@@ -44,9 +44,10 @@ def cli(*args, env_extra=None, timeout=900) -> subprocess.CompletedProcess:
 
 
 def cli_9(*args, **kw) -> subprocess.CompletedProcess:
-    """cli(), run once more if a signal killed it. FFmpeg 9.0.2's Vulkan teardown crashes
-    lavapipe's queue thread in a few percent of processes (SIGSEGV in vkDestroyDevice at
-    exit, unpatched 9.0.2 too; docs/SERIES.md, open): a second crash in a row still fails."""
+    """cli(), run once more if a signal killed it. Before 9.0.2 patch 11, lavapipe's
+    submission thread crashed in a few percent of processes at exit (SIGSEGV in
+    vkDestroyDevice, unpatched 9.0.2 too; docs/SERIES.md); the retry stays for builds
+    without it: a second crash in a row still fails."""
     res = cli(*args, **kw)
     if res.returncode < 0:
         first = res.returncode
