@@ -1768,31 +1768,28 @@ int ppr_receive_frame(ppr_session *s, ppr_stream_frame *out)
     return leave(PPR_RECV_FRAME);
 }
 
-int ppr_download_frame(ppr_session *s, ppr_planes *out)
+/* ppr_download_frame's and ppr_frame_download's work: write `frame` (received
+ * with layout `want` and format `fmt`) into the caller's planes `out`, through
+ * `sw` (a scratch frame, unreferenced on return) unless the planes are unpadded.
+ * Touches no session state but s->err (s may be NULL: the message is only this
+ * thread's). */
+static int download_into(ppr_session *s, AVFrame *frame, AVFrame *sw, int vulkan,
+                         enum AVPixelFormat fmt, const ppr_planes *want, ppr_planes *out)
 {
-    const ppr_planes *want;
-    AVFrame *src;
+    const AVFrame *src = frame;
     char msg[PPR_MSG_SIZE];
     int i, ret, direct = 1;
 
-    enter(s);
-    if (!s || !out)
-        return leave(ppr__fail(PPR_EINVAL, "session or planes is NULL"));
-    if (!s->stream || !s->st_have)
-        return leave(sfail(s, PPR_EINVAL, "no frame received: call ppr_receive_frame first"));
-    want = &s->st_layout;
     if (out->count != want->count)
-        return leave(sfail(s, PPR_EINVAL, "the frame has %d planes, got %d",
-                           want->count, out->count));
+        return sfail(s, PPR_EINVAL, "the frame has %d planes, got %d", want->count, out->count);
     for (i = 0; i < want->count; i++) {
         const ppr_plane *p = &out->plane[i];
         if (p->width != want->plane[i].width || p->height != want->plane[i].height)
-            return leave(sfail(s, PPR_EINVAL, "plane %d: the frame's plane is %dx%d, got %dx%d",
-                               i, want->plane[i].width, want->plane[i].height,
-                               p->width, p->height));
+            return sfail(s, PPR_EINVAL, "plane %d: the frame's plane is %dx%d, got %dx%d",
+                         i, want->plane[i].width, want->plane[i].height, p->width, p->height);
         if (p->data && p->stride < (ptrdiff_t)p->width * 2)
-            return leave(sfail(s, PPR_EINVAL, "plane %d: stride %td < %d bytes per row", i,
-                               p->stride, p->width * 2));
+            return sfail(s, PPR_EINVAL, "plane %d: stride %td < %d bytes per row", i,
+                         p->stride, p->width * 2);
         if (!p->data || p->stride != (ptrdiff_t)p->width * 2)
             direct = 0;
     }
@@ -1800,36 +1797,33 @@ int ppr_download_frame(ppr_session *s, ppr_planes *out)
     out->error_flags = want->error_flags;
     out->concealed = want->concealed;
 
-    src = s->frame;
-    if (s->backend == BACKEND_VULKAN) {
-        AVFrame *dst = s->swframe;
-        av_frame_unref(dst);
+    if (vulkan) {
+        av_frame_unref(sw);
         if (direct) {
             /* hwcontext_vulkan writes whole rows: only unpadded planes */
-            dst->buf[0] = av_buffer_create((uint8_t *)out->plane[0].data,
-                                           (size_t)out->plane[0].stride * out->plane[0].height,
-                                           keep_caller_memory, NULL, 0);
-            if (!dst->buf[0]) {
-                ret = sfail(s, PPR_ENOMEM, "out of memory");
-                goto end;
-            }
-            dst->format = s->st_fmt;
-            dst->width  = s->frame->width;
-            dst->height = s->frame->height;
+            sw->buf[0] = av_buffer_create((uint8_t *)out->plane[0].data,
+                                          (size_t)out->plane[0].stride * out->plane[0].height,
+                                          keep_caller_memory, NULL, 0);
+            if (!sw->buf[0])
+                return sfail(s, PPR_ENOMEM, "out of memory");
+            sw->format = fmt;
+            sw->width  = frame->width;
+            sw->height = frame->height;
             for (i = 0; i < out->count; i++) {
-                dst->data[i]     = (uint8_t *)out->plane[i].data;
-                dst->linesize[i] = (int)out->plane[i].stride;
+                sw->data[i]     = (uint8_t *)out->plane[i].data;
+                sw->linesize[i] = (int)out->plane[i].stride;
             }
         }
-        ret = av_hwframe_transfer_data(dst, s->frame, 0);
+        ret = av_hwframe_transfer_data(sw, frame, 0);
         if (ret < 0) {
             last_av_error(s, msg, sizeof(msg));
             ret = sfail(s, ret == AVERROR(ENOMEM) ? PPR_ENOMEM : PPR_EDECODE,
                         "could not download the Vulkan frame: %s%s%s", av_err2str(ret),
                         msg[0] ? " - " : "", msg);
-            goto end;
+            av_frame_unref(sw);
+            return ret;
         }
-        src = dst;
+        src = sw;
     } else {
         direct = 0;
     }
@@ -1841,15 +1835,96 @@ int ppr_download_frame(ppr_session *s, ppr_planes *out)
             continue;
         if (!src->data[i]) {
             ret = sfail(s, PPR_EDECODE, "the decoded frame has no plane %d", i);
-            goto end;
+            break;
         }
         for (y = 0; y < p->height; y++)
             memcpy((uint8_t *)p->data + (ptrdiff_t)y * p->stride,
                    src->data[i] + (ptrdiff_t)y * src->linesize[i], (size_t)p->width * 2);
     }
-end:
+    av_frame_unref(sw);
+    return ret;
+}
+
+int ppr_download_frame(ppr_session *s, ppr_planes *out)
+{
+    int ret;
+
+    enter(s);
+    if (!s || !out)
+        return leave(ppr__fail(PPR_EINVAL, "session or planes is NULL"));
+    if (!s->stream || !s->st_have)
+        return leave(sfail(s, PPR_EINVAL, "no frame received: call ppr_receive_frame first"));
+    ret = download_into(s, s->frame, s->swframe, s->backend == BACKEND_VULKAN, s->st_fmt,
+                        &s->st_layout, out);
     av_frame_unref(s->frame);
     av_frame_unref(s->swframe);
     s->st_have = 0;
     return leave(ret);
+}
+
+/* A received frame taken out of its session (ppr_take_frame) */
+struct ppr_frame {
+    AVFrame *frame;             /* the decoded frame: a reference */
+    AVFrame *sw;                /* scratch download target */
+    int vulkan;
+    enum AVPixelFormat fmt;     /* its downloaded format */
+    ppr_planes layout;          /* as ppr_receive_frame reported */
+};
+
+ppr_frame *ppr_take_frame(ppr_session *s)
+{
+    ppr_frame *f;
+
+    enter(s);
+    if (!s) {
+        ppr__fail(PPR_EINVAL, "session is NULL");
+        leave(0);
+        return NULL;
+    }
+    if (!s->stream || !s->st_have) {
+        sfail(s, PPR_EINVAL, "no frame received: call ppr_receive_frame first");
+        leave(0);
+        return NULL;
+    }
+    f = calloc(1, sizeof(*f));
+    if (!f || !(f->frame = av_frame_alloc()) || !(f->sw = av_frame_alloc())) {
+        if (f) {
+            av_frame_free(&f->frame);
+            free(f);
+        }
+        sfail(s, PPR_ENOMEM, "out of memory");
+        leave(0);
+        return NULL;
+    }
+    av_frame_move_ref(f->frame, s->frame);   /* the session holds no frame now */
+    av_frame_unref(s->swframe);
+    f->vulkan = s->backend == BACKEND_VULKAN;
+    f->fmt = s->st_fmt;
+    f->layout = s->st_layout;
+    s->st_have = 0;
+    leave(0);
+    return f;
+}
+
+int ppr_frame_download(ppr_frame *f, ppr_planes *out)
+{
+    int ret;
+
+    enter(NULL);
+    if (!f || !out)
+        return leave(ppr__fail(PPR_EINVAL, "frame or planes is NULL"));
+    if (!f->frame->buf[0])
+        return leave(ppr__fail(PPR_EINVAL, "the frame was downloaded already"));
+    ret = download_into(NULL, f->frame, f->sw, f->vulkan, f->fmt, &f->layout, out);
+    av_frame_unref(f->frame);
+    return leave(ret);
+}
+
+void ppr_frame_free(ppr_frame *f)
+{
+    if (!f)
+        return;
+    av_frame_free(&f->frame);
+    av_frame_free(&f->sw);
+    free(f);
 }

@@ -411,6 +411,23 @@ int ppr_receive_frame(ppr_session *session, ppr_stream_frame *out);
  * it. A vulkan frame is downloaded straight into planes without row padding. */
 int ppr_download_frame(ppr_session *session, ppr_planes *out);
 
+/* A received frame as a handle of its own, to download on another thread
+ * while the session goes on: ppr_take_frame() moves the frame that
+ * ppr_receive_frame() received out of the session (NULL on an error, see
+ * ppr_last_error(session)); ppr_frame_download() writes it to the caller's
+ * planes as ppr_download_frame() would and releases the decoded frame (an
+ * error's message: ppr_last_error(NULL) on the thread that called it);
+ * ppr_frame_free() frees the handle (NULL-safe). ppr_frame_download takes no
+ * session lock and may run while the session sends and receives, but only on
+ * one thread at a time per session (ppr_download_frame included): the frames
+ * of a session share hwcontext_vulkan's transfer contexts, handed out
+ * round-robin, which are not safe for concurrent transfers. A handle keeps
+ * its frames context (and device) alive: free it before or after the session. */
+typedef struct ppr_frame ppr_frame;
+ppr_frame *ppr_take_frame(ppr_session *session);
+int ppr_frame_download(ppr_frame *frame, ppr_planes *out);
+void ppr_frame_free(ppr_frame *frame);
+
 /* Drop every frame in flight and close the streaming decoder (its threads end).
  * The session stays open. NULL-safe. */
 void ppr_stream_reset(ppr_session *session);
