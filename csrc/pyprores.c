@@ -1862,6 +1862,8 @@ int ppr_download_frame(ppr_session *s, ppr_planes *out)
     return leave(ret);
 }
 
+static int g_frames_live;   /* ppr_frame handles not freed (__atomic) */
+
 /* A received frame taken out of its session (ppr_take_frame) */
 struct ppr_frame {
     AVFrame *frame;             /* the decoded frame: a reference */
@@ -1896,6 +1898,7 @@ ppr_frame *ppr_take_frame(ppr_session *s)
         leave(0);
         return NULL;
     }
+    __atomic_add_fetch(&g_frames_live, 1, __ATOMIC_RELAXED);
     av_frame_move_ref(f->frame, s->frame);   /* the session holds no frame now */
     av_frame_unref(s->swframe);
     f->vulkan = s->backend == BACKEND_VULKAN;
@@ -1927,4 +1930,10 @@ void ppr_frame_free(ppr_frame *f)
     av_frame_free(&f->frame);
     av_frame_free(&f->sw);
     free(f);
+    __atomic_sub_fetch(&g_frames_live, 1, __ATOMIC_RELAXED);
+}
+
+int ppr_frames_live(void)
+{
+    return __atomic_load_n(&g_frames_live, __ATOMIC_RELAXED);
 }

@@ -427,6 +427,8 @@ typedef struct ppr_frame ppr_frame;
 ppr_frame *ppr_take_frame(ppr_session *session);
 int ppr_frame_download(ppr_frame *frame, ppr_planes *out);
 void ppr_frame_free(ppr_frame *frame);
+/* ppr_frame handles taken and not freed, in the whole process (for tests). */
+int ppr_frames_live(void);
 
 /* Drop every frame in flight and close the streaming decoder (its threads end).
  * The session stays open. NULL-safe. */

@@ -27,6 +27,7 @@ import os
 import queue
 import sys
 import threading
+from collections import deque
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Generator, Iterable, Iterator, Union
@@ -45,7 +46,8 @@ PacketSource = Iterable[Union[Packet, "tuple[Packet, int | None]"]]
 _NOPTS = -0x8000000000000000   # AV_NOPTS_VALUE
 
 
-_SPARE = 3   # sets of planes kept for reuse
+_DEPTH = 2   # frames handed to the download thread and not yet delivered
+_SPARE = 3 + _DEPTH   # sets of planes kept for reuse
 
 
 def _refcounts(arrays: dict[str, np.ndarray]) -> list[int]:
@@ -143,6 +145,65 @@ class _Prefetcher:
         self._thread.join()
 
 
+class _Download:
+    """One frame handed to the download thread: its handle (``ppr_frame``)
+    and the planes it is written to; ``frame`` is delivered once ``done``."""
+
+    __slots__ = ("frame", "handle", "planes", "keep", "error", "done")
+
+    def __init__(self, frame: "DecodedFrame", handle: Any, planes: Any, keep: list) -> None:
+        self.frame, self.handle, self.planes, self.keep = frame, handle, planes, keep
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+
+class _Downloader:
+    """The one thread that downloads received frames (``ppr_frame_download``,
+    the GIL released) in the order they were handed over, while the caller's
+    thread sends and receives the next ones. One thread only: a session's
+    frames share hwcontext_vulkan's transfer contexts, which are not safe for
+    concurrent transfers. Every handle handed over is freed by this thread,
+    downloaded or not; :meth:`stop` (idempotent) skips the downloads not
+    started, waits for the one in progress and ends the thread."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[_Download | None] = queue.SimpleQueue()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="pyprores-download", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        L, ffi = native.lib, native.ffi
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            try:
+                if not self._stopping:
+                    rc = L.ppr_frame_download(job.handle, job.planes)
+                    if rc < 0:
+                        try:   # the message is this thread's (ppr_last_error(NULL))
+                            native._raise(rc)
+                        except BaseException as e:
+                            job.error = e
+            except BaseException as e:   # pragma: no cover - defensive
+                job.error = e
+            finally:
+                ffi.release(job.handle)   # ppr_frame_free
+                job.handle = job.planes = job.keep = None
+                job.done.set()
+                job = None   # its frame is the caller's now: no reference here
+
+    def submit(self, job: _Download) -> None:
+        self._jobs.put(job)
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._stopping = True
+            self._jobs.put(None)
+            self._thread.join()
+
+
 @dataclass
 class DecodedFrame(Frame):
     """A :class:`pyprores.Frame` with its place in the stream."""
@@ -193,6 +254,12 @@ class StreamDecoder:
     the caller's thread decodes and downloads, so that only ready packets
     are handed to the decoder; at most ``prefetch`` + 1 packets wait. Give 0
     for a source that must be iterated on the caller's thread.
+    ``download_thread``: with ``reuse_buffers=False`` (the default), a thread
+    of the decoder's own downloads each frame into its planes while the
+    caller's thread sends and receives the next ones (at most 2 frames wait
+    there); False downloads on the caller's thread. ``reuse_buffers`` True or
+    a dict always downloads on the caller's thread (one set of arrays, which
+    the caller may still be reading).
 
     Errors: :class:`pyprores.NotProResError` (no ProRes stream),
     :class:`pyprores.DecodeError` (a damaged or truncated file: the frames
@@ -203,17 +270,21 @@ class StreamDecoder:
                  device: str | int | None = None, threads: int = 0, max_in_flight: int = 4,
                  *, reuse_buffers: bool | dict[str, np.ndarray] = False,
                  codec_tag: native.CodecTag | None = None, err_detect: bool = True,
-                 prefetch: int = 2) -> None:
+                 prefetch: int = 2, download_thread: bool = True) -> None:
         if int(max_in_flight) < 1:
             raise ValueError(f"max_in_flight must be >= 1, not {max_in_flight}")
         if int(prefetch) < 0:
             raise ValueError(f"prefetch must be >= 0, not {prefetch}")
         self.prefetch = int(prefetch)
+        # one set of arrays (reuse_buffers True or the caller's) is the
+        # caller's while it holds the frame: download synchronously then
+        self.download_thread = bool(download_thread) and reuse_buffers is False
         self.backend = backend
         self.max_in_flight = int(max_in_flight)
         self._source: Any = None
         self._session: native.Session | None = None
         self._gen: Iterator[DecodedFrame] | None = None
+        self._downloader: _Downloader | None = None
         self._reuse = reuse_buffers
         self._buffers: dict[str, np.ndarray] | None = None
         # reuse_buffers=False: planes of earlier frames that nobody holds any
@@ -255,8 +326,60 @@ class StreamDecoder:
         return self._gen
 
     def _frames(self) -> Iterator[DecodedFrame]:
-        L, ffi = native.lib, native.ffi
+        """The frames of :meth:`_decode` in order: with the download thread,
+        up to _DEPTH frames are downloading while the next ones are sent and
+        received; an error of the decoder comes after the frames before it."""
+        L = native.lib
         ptr = self._session._live()
+        pending: deque[_Download] = deque()
+        self._downloader = _Downloader() if self.download_thread else None
+        depth = _DEPTH
+        inner = self._decode(ptr)
+        try:
+            if self._downloader is None:
+                yield from inner
+                return
+            while True:
+                try:
+                    job = next(inner)
+                except StopIteration:
+                    break
+                except Exception:
+                    # the decoder's error: the frames received before it come first
+                    while pending:
+                        yield self._finish(pending.popleft())
+                    raise
+                pending.append(job)
+                job = None
+                while len(pending) > depth:
+                    yield self._finish(pending.popleft())   # a download's error: raised here
+            while pending:
+                yield self._finish(pending.popleft())
+        finally:
+            # no download may run once the decoder is reset; every handle is freed
+            if self._downloader is not None:
+                self._downloader.stop()
+                self._downloader = None
+            pending.clear()
+            inner.close()
+            if self._session is not None and self._session._ptr is not None:
+                L.ppr_stream_reset(self._session._ptr)
+
+    def _finish(self, job: _Download) -> DecodedFrame:
+        """Wait for ``job``'s download; its frame, or its error."""
+        job.done.wait()
+        frame, job.frame = job.frame, None
+        if job.error is not None:
+            error, job.error = job.error, None
+            if isinstance(error, DecodeError):
+                raise DecodeError(f"{self._where()}: frame {frame.index}: {error}") from None
+            raise error
+        return frame
+
+    def _decode(self, ptr: Any) -> Iterator[Any]:
+        """Send every packet and receive every frame: yields DecodedFrames
+        (downloaded on this thread) or _Downloads (handed to the thread)."""
+        L, ffi = native.lib, native.ffi
         c_frame = ffi.new("ppr_stream_frame *")
         self._count = 0
         error: BaseException | None = None
@@ -318,8 +441,6 @@ class StreamDecoder:
                 prefetcher.stop()      # closes the source's iterator in its thread
             if packets is not None and hasattr(packets, "close"):
                 packets.close()    # the demuxer's generator, before its container closes
-            if self._session is not None and self._session._ptr is not None:
-                L.ppr_stream_reset(self._session._ptr)
 
     def _send(self, ptr: Any, c_frame: Any, n: int, send: Any,
               *args: Any) -> Generator[DecodedFrame, None, int]:
@@ -353,7 +474,8 @@ class StreamDecoder:
                 return
             if rc < 0:
                 self._fail(rc, ptr, self._count)
-            yield self._download(ptr, c_frame)
+            yield self._download(ptr, c_frame) if self._downloader is None \
+                else self._hand_over(ptr, c_frame)
             if first_only:
                 return
 
@@ -389,10 +511,9 @@ class StreamDecoder:
             self._spare = ([a for a in self._spare if not _unheld(a)] + [arrays])[-_SPARE:]
         return arrays
 
-    def _download(self, ptr: Any, c_frame: Any) -> DecodedFrame:
-        L, ffi = native.lib, native.ffi
-        layout = c_frame.layout
-        arrays = self._arrays(layout)
+    def _planes(self, layout: Any, arrays: dict[str, np.ndarray]) -> tuple[Any, list]:
+        """The ppr_planes that point at ``arrays``, and the cffi buffers to keep meanwhile."""
+        ffi = native.ffi
         planes = ffi.new("ppr_planes *")
         planes.count = layout.count
         keep = []
@@ -413,10 +534,34 @@ class StreamDecoder:
             keep.append(cbuf)
             p.data = cbuf
             p.stride = arr.strides[0]
-        rc = L.ppr_download_frame(ptr, planes)
-        del keep, cbuf
+        return planes, keep
+
+    def _download(self, ptr: Any, c_frame: Any) -> DecodedFrame:
+        arrays = self._arrays(c_frame.layout)
+        planes, keep = self._planes(c_frame.layout, arrays)
+        rc = native.lib.ppr_download_frame(ptr, planes)
+        del keep
         if rc < 0:
             self._fail(rc, ptr, self._count)
+        return self._frame(c_frame, arrays)
+
+    def _hand_over(self, ptr: Any, c_frame: Any) -> _Download:
+        """Take the received frame out of the session and hand it to the download thread."""
+        L, ffi = native.lib, native.ffi
+        arrays = self._arrays(c_frame.layout)
+        planes, keep = self._planes(c_frame.layout, arrays)
+        handle = L.ppr_take_frame(ptr)
+        if handle == ffi.NULL:
+            self._fail(L.PPR_ENOMEM, ptr, self._count)
+        # freed by the download thread (ffi.release), else when collected
+        handle = ffi.gc(handle, L.ppr_frame_free)
+        job = _Download(self._frame(c_frame, arrays), handle, planes, keep)
+        self._downloader.submit(job)
+        return job
+
+    def _frame(self, c_frame: Any, arrays: dict[str, np.ndarray]) -> DecodedFrame:
+        """The DecodedFrame of the frame received into ``c_frame``, with ``arrays`` as planes."""
+        ffi = native.ffi
         concealed = self._session.concealed_slices(int(c_frame.concealed)) \
             if self.backend == "software" else ()
         pts = None if c_frame.pts == _NOPTS else int(c_frame.pts)

@@ -22,7 +22,7 @@ import pytest
 from conftest import write_mpeg4_mov
 
 import pyprores
-from pyprores import clips, native
+from pyprores import clips, native, stream
 from pyprores.errors import DecodeError, NotProResError
 
 HAS_VK = native.available() and native.has_hwaccel("vulkan")
@@ -82,16 +82,26 @@ def test_frames_equal_the_software_decoder(paths, backend, name):
     assert (got[0].width, got[0].height) == (SPECS[name].width, SPECS[name].height)
 
 
-@pytest.mark.parametrize("in_flight", [1, 2, 8])
-def test_frames_in_flight(paths, in_flight):
+@pytest.mark.parametrize("download_thread", [True, False])
+@pytest.mark.parametrize("in_flight", [1, 2, 3, 4, 8])
+def test_frames_in_flight(paths, in_flight, download_thread):
+    """Frames come out in order, each with its own packet's pts, whatever the
+    frames in flight, with and without the download thread."""
     if not HAS_VK:
         pytest.skip("this FFmpeg build has no prores_vulkan hwaccel")
     want = reference(paths["hq422"])
-    with pyprores.open_decoder(paths["hq422"], backend="vulkan", max_in_flight=in_flight) as dec:
+    with pyprores.open(paths["hq422"]) as src:
+        packets = list(src.packets())
+    source = [(p, 1000 + 7 * n) for n, p in enumerate(packets * 2)]
+    with pyprores.open_decoder(source, backend="vulkan", max_in_flight=in_flight,
+                               codec_tag="apch", download_thread=download_thread) as dec:
         got = list(dec)
-    assert len(got) == FRAMES
-    for g, w in zip(got, want):
+    assert len(got) == 2 * FRAMES
+    assert [g.index for g in got] == list(range(2 * FRAMES))
+    assert [g.pts for g in got] == [1000 + 7 * n for n in range(2 * FRAMES)]
+    for g, w in zip(got, want * 2):
         assert_same(g, w)
+    assert not download_threads() and native.lib.ppr_frames_live() == 0
 
 
 @pytest.mark.parametrize("prefetch", [0, 2])
@@ -166,6 +176,7 @@ def test_early_exit_and_interrupt_leave_nothing_running(paths, backend):
                 if n == 2:
                     raise KeyboardInterrupt
     assert dec._session is None and threads() <= base and not prefetch_threads()
+    assert not download_threads() and native.lib.ppr_frames_live() == 0
     # a decoder left unclosed is released by the garbage collector too
     dec = pyprores.open_decoder(path, backend=backend)
     next(iter(dec))
@@ -173,6 +184,7 @@ def test_early_exit_and_interrupt_leave_nothing_running(paths, backend):
     import gc
     gc.collect()
     assert threads() <= base
+    assert not download_threads() and native.lib.ppr_frames_live() == 0
     keep.close()
 
 
@@ -222,11 +234,13 @@ def test_no_prores_stream(tmp_path):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_size_change_mid_stream(backend):
+@pytest.mark.parametrize("download_thread", [True, False])
+def test_size_change_mid_stream(backend, download_thread):
     want = reference(SIZE_CHANGE)
     sizes = {w.planes["Y"].shape for w in want}
     assert len(sizes) == 2, sizes
-    with pyprores.open_decoder(SIZE_CHANGE, backend=backend, max_in_flight=3) as dec:
+    with pyprores.open_decoder(SIZE_CHANGE, backend=backend, max_in_flight=3,
+                               download_thread=download_thread) as dec:
         got = list(dec)
     assert len(got) == len(want)
     for n, (g, w) in enumerate(zip(got, want)):
@@ -236,6 +250,10 @@ def test_size_change_mid_stream(backend):
 
 def prefetch_threads() -> list:
     return [t for t in threading.enumerate() if t.name == "pyprores-prefetch"]
+
+
+def download_threads() -> list:
+    return [t for t in threading.enumerate() if t.name == "pyprores-download"]
 
 
 class Source:
@@ -299,7 +317,8 @@ def test_prefetch_early_exit_and_source_error(paths, backend):
         assert prefetch_threads()
     assert not prefetch_threads()
     assert src.closed_in == "pyprores-prefetch"
-    assert 3 <= src.read <= 2 + 1 + 3 + 2, src.read
+    # the first frame is delivered once stream._DEPTH more were handed to the download thread
+    assert 3 <= src.read <= 2 + 1 + 3 + 2 + stream._DEPTH, src.read
     with pytest.raises(KeyboardInterrupt):
         with pyprores.open_decoder(packets * 20, backend=backend, codec_tag="apch",
                                    prefetch=4) as dec:
@@ -325,14 +344,17 @@ def test_bad_arguments(paths):
         pyprores.open_decoder(paths["hq422"], backend="cuda")
 
 
-def test_planes_recycled_only_once_let_go(paths):
+@pytest.mark.parametrize("download_thread", [True, False])
+def test_planes_recycled_only_once_let_go(tmp_path, download_thread):
     """Without reuse_buffers, a frame's planes are written again only when
-    nothing holds them: a kept frame or view keeps its samples, dropped ones
-    are recycled (no fresh pages per frame)."""
-    want = reference(paths["hq422"])
+    nothing holds them (the download thread's frames count as held): a kept
+    frame or view keeps its samples, dropped ones are recycled (no fresh
+    pages per frame)."""
+    path = clips.generate(clips.ClipSpec(**{**SPECS["hq422"].__dict__, "frames": 12}), tmp_path)
+    want = reference(path)
     seen: list[weakref.ref] = []
     reused = 0
-    with pyprores.open_decoder(paths["hq422"], backend="software") as dec:
+    with pyprores.open_decoder(path, backend="software", download_thread=download_thread) as dec:
         kept_frame, kept_view = None, None
         for n, frame in enumerate(dec):
             assert_same(frame, want[n], f"frame {n}")
@@ -347,3 +369,49 @@ def test_planes_recycled_only_once_let_go(paths):
     assert_same(kept_frame, want[0], "kept frame")
     assert np.array_equal(kept_view, want[1].planes["Cb"][1:, :])
     assert reused, "dropped frames' planes were never reused"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_download_thread_early_exit_and_error(paths, backend, monkeypatch):
+    """Leaving with downloads pending ends the download thread and frees every
+    frame handle; a download that fails raises at its own frame, after the
+    frames before it; reuse_buffers and download_thread=False download on
+    the caller's thread."""
+    path = paths["hq422"]
+    keep = native.Session(backend)
+    with pyprores.open_decoder(path, backend=backend, max_in_flight=4) as dec:
+        it = iter(dec)
+        next(it)
+        assert download_threads() and dec._downloader is not None
+    assert not download_threads() and native.lib.ppr_frames_live() == 0
+    # an exception in the loop body with downloads pending
+    with pytest.raises(KeyboardInterrupt):
+        with pyprores.open_decoder(path, backend=backend, max_in_flight=2) as dec:
+            for frame in dec:
+                raise KeyboardInterrupt
+    assert not download_threads() and native.lib.ppr_frames_live() == 0
+    # no thread: reuse_buffers (one set of arrays, the caller's while it reads them) or off
+    for kwargs in ({"reuse_buffers": True}, {"download_thread": False}):
+        with pyprores.open_decoder(path, backend=backend, **kwargs) as dec:
+            assert sum(1 for _ in dec) == FRAMES
+            assert dec._downloader is None
+    # frame 3's planes do not match its layout: ppr_frame_download refuses them
+    planes = stream.StreamDecoder._planes
+
+    def bad_planes(self, layout, arrays):
+        got = planes(self, layout, arrays)
+        if self._count == 3:
+            got[0].count = 1
+        return got
+    monkeypatch.setattr(stream.StreamDecoder, "_planes", bad_planes)
+    want = reference(path)
+    got = []
+    with pytest.raises(ValueError, match="the frame has 3 planes, got 1"):
+        with pyprores.open_decoder(path, backend=backend, max_in_flight=4) as dec:
+            for frame in dec:
+                got.append(frame)
+    assert [g.index for g in got] == [0, 1, 2]
+    for g, w in zip(got, want):
+        assert_same(g, w)
+    assert not download_threads() and native.lib.ppr_frames_live() == 0
+    keep.close()
