@@ -7,18 +7,19 @@
 
 Several frames are in flight at once: the Vulkan backend decodes with
 ``max_in_flight`` FFmpeg frame threads (that many frames decode on the GPU
-while the caller's thread downloads an earlier one into numpy), the software
+while an earlier one is downloaded into numpy, by a download thread of its
+own unless ``download_thread=False`` or ``reuse_buffers``), the software
 backend with its slice threads, one frame at a time. Memory stays bounded by
-``max_in_flight`` decoded frames plus the one being handed out, and
-``prefetch`` packets read and copied ahead by a thread of its own (the
-source is iterated there), so that the packet copy FFmpeg needs is off the
-decoding thread.
+``max_in_flight`` decoded frames, 2 handed to the download thread and the
+one being handed out, and ``prefetch`` packets read and copied ahead by a
+thread of its own (the source is iterated there), so that the packet copy
+FFmpeg needs is off the decoding thread.
 
 Leaving the ``with`` block, :meth:`StreamDecoder.close`, breaking out of the
 loop and then closing, an exception in the loop body (``KeyboardInterrupt``
 included) or an error in the file all stop the decoder: the frames in flight
 and the packets prepared ahead are dropped, its threads (the prefetch
-thread included) end and the Vulkan device is released.
+and download threads included) end and the Vulkan device is released.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ MODE
   prefetch pyprores.open_decoder over packets in memory, SMALL's and LARGE's
            in turn (a size change among the packets prepared ahead), twice:
            once to the end, once left after two frames with packets prepared
-           and not sent (prefetch 3), the device kept open as for stream
+           and not sent (prefetch 3) and frames handed to the download
+           thread and not delivered, the device kept open as for stream
   session  N sessions one after the other, each decoding the first packet of
            SMALL; none is open in between, so each creates the device anew
 
