@@ -7,8 +7,8 @@
 
 Several frames are in flight at once: the Vulkan backend decodes with
 ``max_in_flight`` FFmpeg frame threads (that many frames decode on the GPU
-while an earlier one is downloaded into numpy, by a download thread of its
-own unless ``download_thread=False`` or ``reuse_buffers``), the software
+while an earlier one is downloaded into numpy, on the caller's thread or,
+with ``download_thread=True``, on a thread of its own), the software
 backend with its slice threads, one frame at a time. Memory stays bounded by
 ``max_in_flight`` decoded frames, 2 handed to the download thread and the
 one being handed out, and ``prefetch`` packets read and copied ahead by a
@@ -255,12 +255,14 @@ class StreamDecoder:
     the caller's thread decodes and downloads, so that only ready packets
     are handed to the decoder; at most ``prefetch`` + 1 packets wait. Give 0
     for a source that must be iterated on the caller's thread.
-    ``download_thread``: with ``reuse_buffers=False`` (the default), a thread
-    of the decoder's own downloads each frame into its planes while the
-    caller's thread sends and receives the next ones (at most 2 frames wait
-    there); False downloads on the caller's thread. ``reuse_buffers`` True or
-    a dict always downloads on the caller's thread (one set of arrays, which
-    the caller may still be reading).
+    ``download_thread``: False (the default) downloads on the caller's thread;
+    True, with ``reuse_buffers=False``, has a thread of the decoder's own
+    download each frame into its planes while the caller's thread sends and
+    receives the next ones (at most 2 frames wait there). On an H100 the
+    thread made 4K 4444 XQ 8% faster but 4K 422 HQ 16% and 1080p 4444 7%
+    slower (docs/BENCHMARKS.md), hence off by default. ``reuse_buffers`` True
+    or a dict always downloads on the caller's thread (one set of arrays,
+    which the caller may still be reading).
 
     Errors: :class:`pyprores.NotProResError` (no ProRes stream),
     :class:`pyprores.DecodeError` (a damaged or truncated file: the frames
@@ -271,7 +273,7 @@ class StreamDecoder:
                  device: str | int | None = None, threads: int = 0, max_in_flight: int = 4,
                  *, reuse_buffers: bool | dict[str, np.ndarray] = False,
                  codec_tag: native.CodecTag | None = None, err_detect: bool = True,
-                 prefetch: int = 2, download_thread: bool = True) -> None:
+                 prefetch: int = 2, download_thread: bool = False) -> None:
         if int(max_in_flight) < 1:
             raise ValueError(f"max_in_flight must be >= 1, not {max_in_flight}")
         if int(prefetch) < 0:

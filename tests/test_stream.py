@@ -379,19 +379,21 @@ def test_download_thread_early_exit_and_error(paths, backend, monkeypatch):
     the caller's thread."""
     path = paths["hq422"]
     keep = native.Session(backend)
-    with pyprores.open_decoder(path, backend=backend, max_in_flight=4) as dec:
+    with pyprores.open_decoder(path, backend=backend, max_in_flight=4,
+                               download_thread=True) as dec:
         it = iter(dec)
         next(it)
         assert download_threads() and dec._downloader is not None
     assert not download_threads() and native.lib.ppr_frames_live() == 0
     # an exception in the loop body with downloads pending
     with pytest.raises(KeyboardInterrupt):
-        with pyprores.open_decoder(path, backend=backend, max_in_flight=2) as dec:
+        with pyprores.open_decoder(path, backend=backend, max_in_flight=2,
+                                   download_thread=True) as dec:
             for frame in dec:
                 raise KeyboardInterrupt
     assert not download_threads() and native.lib.ppr_frames_live() == 0
-    # no thread: reuse_buffers (one set of arrays, the caller's while it reads them) or off
-    for kwargs in ({"reuse_buffers": True}, {"download_thread": False}):
+    # no thread: reuse_buffers (one set of arrays, the caller's while it reads them), off, default
+    for kwargs in ({"reuse_buffers": True, "download_thread": True}, {"download_thread": False}, {}):
         with pyprores.open_decoder(path, backend=backend, **kwargs) as dec:
             assert sum(1 for _ in dec) == FRAMES
             assert dec._downloader is None
@@ -407,7 +409,8 @@ def test_download_thread_early_exit_and_error(paths, backend, monkeypatch):
     want = reference(path)
     got = []
     with pytest.raises(ValueError, match="the frame has 3 planes, got 1"):
-        with pyprores.open_decoder(path, backend=backend, max_in_flight=4) as dec:
+        with pyprores.open_decoder(path, backend=backend, max_in_flight=4,
+                                   download_thread=True) as dec:
             for frame in dec:
                 got.append(frame)
     assert [g.index for g in got] == [0, 1, 2]
