@@ -11,7 +11,11 @@ Bit-exactness is required of a build with a patch series (its BUILDINFO lists
 patches). Pristine 9.0.2 is not bit-exact (its IDCT is floating point): there the
 bit-exact test is an expected failure, strict, so it reports the day it passes.
 Damaged-slice tests (tests/test_slice_isolation.py and the like) do not run on
-other builds: pristine 9.0.2 may crash lavapipe on them.
+other builds: pristine 9.0.2 may crash lavapipe on them. The exception is issue 19's
+reporting of damaged slices, which the 9.0.2 series has too (its patch "report slices
+that failed to decode"): with it, tests/test_concealment.py and
+tests/test_regressions.py run on the other build as well, and a fuzz run checks that
+both decoders flag the same mutants as damaged.
 """
 
 from __future__ import annotations
@@ -221,3 +225,48 @@ def test_quick_corpus_bitexact_on_the_other_build(quick_run, other_build, reques
     bad = [(r[0], r[3:7]) for r in quick_run["rows"] if r[7] != "yes"]
     assert not bad, f"{len(bad)}/{len(quick_run['rows'])} clips not bit-exact, e.g. {bad[:5]}"
     assert quick_run["rc"] == 0
+
+
+# -- damaged slices (issue 19) on the other build ------------------------------------
+
+REPORTS = "report-slices-that-failed-to-deco"
+
+
+def _reports_damage(info: dict) -> bool:
+    """Does the build's series have the hwaccel report the slices that failed?"""
+    return any(REPORTS in p for p in info["series"])
+
+
+def test_concealment_tests_pass_on_the_other_build(other_build):
+    """tests/test_concealment.py (the ffmpeg command line with each -err_detect mode and
+    frame threads, both backends' per-slice reports, compare and inspect) and
+    tests/test_regressions.py (the conceal-* inputs with the slices each backend must
+    name; on_ffmpeg says what 9.0 decodes otherwise) on the other build, as on the default."""
+    if not _reports_damage(other_build):
+        pytest.skip(f"the series of build {BUILD} does not report damaged slices")
+    env = dict(os.environ)
+    env.pop(builds.ENV_NATIVE_DIR, None)
+    env[builds.ENV_BUILD] = BUILD
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "tests/test_concealment.py", "tests/test_regressions.py"],
+                         capture_output=True, text=True, timeout=900, cwd=REPO, env=env)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    assert " passed" in res.stdout and " skipped" not in res.stdout, res.stdout[-2000:]
+
+
+def test_fuzz_damage_agreement_on_the_other_build(other_build, tmp_path):
+    """pyprores --build NAME fuzz: both decoders call the same mutants damaged, and
+    name the same concealed slices where both flag a frame."""
+    if not _reports_damage(other_build):
+        pytest.skip(f"the series of build {BUILD} does not report damaged slices")
+    count = 300
+    res = cli("--build", BUILD, "fuzz", "--count", count, "--seed", 19, "--no-validation",
+              "--no-progress", "--out", tmp_path / "run")
+    assert res.returncode in (0, 1), res.stderr[-3000:]
+    doc = json.loads((tmp_path / "run.json").read_text())
+    d, findings = doc["damage"], doc["findings"]
+    assert d["checked"] >= count * 9 // 10, d
+    assert d.get("disagree", 0) == 0, [f for f in findings if f["kind"] == "damage"][:5]
+    assert d["slice_sets_checked"] >= count // 10, d
+    assert d["slice_sets_equal"] == d["slice_sets_checked"], \
+        [f for f in findings if f["kind"] == "slices"][:5]

@@ -2,8 +2,9 @@
 
 The software decoder flags a frame (``decode_error_flags``) when some of its
 slices fail to decode and refuses it when every slice of a picture does;
-since series patch 19 the Vulkan hwaccel does the same, from the status its
-shaders record per slice, when error detection is asked for (``-err_detect
+since patch 19 of the 7.1.5 series (patch 12 of the 9.0.2 series) the Vulkan
+hwaccel does the same, from the status its shaders record per slice, when
+error detection is asked for (``-err_detect
 bitstream`` and the like: the frame then waits for the GPU before it is
 returned, which is why it is not the default). Here: the ffmpeg command
 line with frame threads and each ``-err_detect`` mode, ``pyprores.native``'s per-slice report on

@@ -19,11 +19,17 @@ software decoder's.
 backends listed in ``open_on``: the test runs and is an expected failure
 (XPASS once fixed: then set the status to ``fixed``, and the test guards
 against its return).
+
+``on_ffmpeg`` holds what differs on another FFmpeg release, by major.minor
+version: its keys replace the entry's when the build under test is that
+release (``PYPRORES_BUILD=9.0.2``; ``tests/test_builds.py`` runs this module
+on that build).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -32,8 +38,19 @@ import pytest
 from pyprores import fuzz, native
 
 DATA = Path(__file__).resolve().parent / "data" / "regressions"
-ENTRIES = fuzz.load_regressions(DATA)
 HAS_VK = native.available() and native.has_hwaccel("vulkan")
+FFMPEG_VERSION = native.build_info().get("version", "") if native.available() else ""
+
+
+def for_this_build(entry: dict) -> dict:
+    """The entry with the ``on_ffmpeg`` overrides of the FFmpeg release under test."""
+    for version, override in entry.get("on_ffmpeg", {}).items():
+        if FFMPEG_VERSION.startswith(version + "."):
+            return {**entry, **override}
+    return entry
+
+
+ENTRIES = [for_this_build(e) for e in fuzz.load_regressions(DATA)]
 VALIDATE = os.environ.get("PYPRORES_VALIDATION") == "1"
 
 
@@ -86,6 +103,9 @@ def test_index_is_well_formed():
         for backend, slices in e.get("concealed", {}).items():
             assert backend in e.get("backends", fuzz.BACKENDS), e["file"]
             assert all(len(x) == 2 for x in slices), e["file"]
+        for version, override in e.get("on_ffmpeg", {}).items():
+            assert re.fullmatch(r"\d+\.\d+", version), (e["file"], version)
+            assert set(override) <= {"expect", "concealed", "why"}, (e["file"], version)
 
 
 @pytest.mark.parametrize("entry,backend", list(_cases()))
