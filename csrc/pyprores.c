@@ -274,7 +274,8 @@ static void deliver(ppr_session *s, int level, const char *line, int from_device
         keep_validation(s, line);
 }
 
-/* Series patch 19 logs each slice the Vulkan hwaccel concealed. */
+/* The series' report of failed slices (7.1.5 patch 19, 9.0.2 patch 12) logs
+ * each slice the Vulkan hwaccel concealed. */
 #define CONCEALED_LINE "concealed slice "
 
 static void add_concealed(ppr_session *s, int picture, int slice)  /* g_lock held */
@@ -1019,7 +1020,8 @@ static int open_decoder(ppr_session *s, uint32_t tag, const ppr_frame_info *info
             avctx->thread_type = FF_THREAD_FRAME;
         avctx->hwaccel_flags = AV_HWACCEL_FLAG_IGNORE_LEVEL | AV_HWACCEL_FLAG_ALLOW_PROFILE_MISMATCH;
         /* The ProRes Vulkan hwaccel reports slices that failed to decode, as
-         * the software decoder always does, only when asked to (series patch 19). */
+         * the software decoder always does, only when asked to (7.1.5 series
+         * patch 19, 9.0.2 series patch 12). */
         if (!s->stream || (s->stream_flags & PPR_STREAM_ERR_DETECT))
             avctx->err_recognition |= AV_EF_BITSTREAM;
     } else {

@@ -309,9 +309,9 @@ int ppr_frame_end(ppr_session *session, ppr_planes *out);
  * of Y, Cb or Cr was not written (the frame is prefilled with 0xffff, which
  * no decoded sample takes, so a concealed slice keeps that value in the
  * caller's planes). Vulkan: the hwaccel's "concealed slice N of picture P"
- * log lines (series patch 19, which reports failed slices when error
- * detection is asked for: vulkan sessions decode with err_detect bitstream;
- * without the patch, none are listed). */
+ * log lines (7.1.5 series patch 19, 9.0.2 series patch 12, which report
+ * failed slices when error detection is asked for: vulkan sessions decode
+ * with err_detect bitstream; without the patch, none are listed). */
 int ppr_concealed_slices(ppr_session *session, int *pictures, int *slices, int max);
 
 /* The frame info of the frame begun with ppr_frame_begin (NULL when none).
@@ -334,7 +334,8 @@ const ppr_frame_info *ppr_frame_current(ppr_session *session);
 /* Flags of ppr_stream_config(). */
 enum {
     /* vulkan: decode with err_detect bitstream, so that the hwaccel flags
-     * damaged frames (series patch 19; it costs GPU throughput). Software
+     * damaged frames (7.1.5 series patch 19, 9.0.2 series patch 12; it
+     * costs GPU throughput). Software
      * sessions always flag damaged frames. */
     PPR_STREAM_ERR_DETECT = 1
 };

@@ -294,7 +294,8 @@ class Session:
     def concealed_slices(self, count: int | None = None) -> tuple[tuple[int, int], ...]:
         """(picture, slice index) of each slice the last decode concealed: on
         the software backend the slices it left unwritten, on the Vulkan
-        backend those the hwaccel reported (series patch 19)."""
+        backend those the hwaccel reported (7.1.5 series patch 19, 9.0.2
+        series patch 12)."""
         L = _lib()
         ptr = self._live()
         n = L.ppr_concealed_slices(ptr, ffi.NULL, ffi.NULL, 0) if count is None else count
@@ -385,7 +386,8 @@ class Session:
     def stream_config(self, max_in_flight: int = 4, err_detect: bool = True) -> None:
         """Set up streaming before the first :meth:`send_packet` (or after
         :meth:`stream_reset`): ``max_in_flight`` Vulkan frame threads (1-64),
-        ``err_detect`` to have damaged frames flagged (series patch 19; the
+        ``err_detect`` to have damaged frames flagged (7.1.5 series patch 19,
+        9.0.2 series patch 12; the
         one-call :meth:`decode` always asks for it)."""
         L = _lib()
         ptr = self._live()

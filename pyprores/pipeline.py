@@ -17,7 +17,8 @@ ones. What it hands out is what the one-frame path gives, item for item:
   size is not the header's: those items are decoded one frame per call.
 - **Damaged frames are decoded one frame per call.** Which slices the Vulkan
   hwaccel concealed comes from its log lines ("concealed slice N of picture
-  P", series patch 19), which frame threads interleave: with frames in
+  P", 7.1.5 series patch 19, 9.0.2 patch 12), which frame threads
+  interleave: with frames in
   flight they cannot be matched to a frame, while the frame's damage flag
   (``decode_error_flags``) is its own. So a packet whose reference frame is
   flagged is not streamed at all, and a streamed frame the candidate flags is
