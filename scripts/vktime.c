@@ -15,6 +15,9 @@
  * $VKTIME_DUMP_AFTER=vkDestroyInstance (any wrapped name) also writes the report after each
  * such call, for processes that leave without running exit handlers.
  * $VKTIME_LOADER names the real loader (default: the system's libvulkan.so.1, by full path).
+ * $VKTIME_T0 (CLOCK_MONOTONIC nanoseconds, as scripts/startprobe.c sets it at the start of its
+ * main()) replaces the shim's load time as the origin of the offsets, so that both timelines
+ * share it.
  *
  * Real function pointers are kept per dispatch key (the loader's dispatch table pointer, the
  * first word of every dispatchable handle, as layers do), so several devices at once are
@@ -205,7 +208,9 @@ static Stat stats[NB_IDS];
 static Event events[NB_EVENTS];
 static atomic_int nb_events, events_done[NB_EVENTS];
 static atomic_int dropped;
-static uint64_t t_load, min_ns = 1000000;
+static uint64_t t_load, min_ns = 1000000;     /* t_load: origin of the offsets */
+static const char *origin = "the shim's load";
+static double load_at_s;                        /* the shim's load, from the origin */
 static double exec_to_load_s = -1;
 static int dump_after = -1;
 static void *loader;
@@ -380,6 +385,11 @@ __attribute__((constructor)) static void vktime_init(void)
     char self[PATH_MAX], real[PATH_MAX];
     t_load = now_ns();
     exec_to_load_s = since_exec_s();
+    if ((s = getenv("VKTIME_T0")) && strtoull(s, NULL, 10) && strtoull(s, NULL, 10) <= t_load) {
+        load_at_s = (t_load - strtoull(s, NULL, 10)) * 1e-9;
+        t_load = strtoull(s, NULL, 10);
+        origin = "VKTIME_T0";
+    }
     if ((s = getenv("VKTIME_MIN_US")))
         min_ns = strtoull(s, NULL, 10) * 1000;
     if ((s = getenv("VKTIME_DUMP_AFTER")))
@@ -462,10 +472,11 @@ static void write_report(const char *why)
     qsort(ev, ne, sizeof(*ev), by_start);
 
     if (json) {
-        fprintf(f, "{\"pid\": %d, \"why\": \"%s\", \"loader\": \"%s\", \"exec_to_load_s\": %.3f, "
-                "\"report_at_s\": %.6f, \"wrapped_total_s\": %.6f, \"min_us\": %llu, \"functions\": [",
-                (int)getpid(), why, loader_path, exec_to_load_s, (t_now - t_load) * 1e-9, sum * 1e-9,
-                (unsigned long long)(min_ns / 1000));
+        fprintf(f, "{\"pid\": %d, \"why\": \"%s\", \"loader\": \"%s\", \"origin\": \"%s\", "
+                "\"load_at_s\": %.6f, \"exec_to_load_s\": %.3f, \"report_at_s\": %.6f, "
+                "\"wrapped_total_s\": %.6f, \"min_us\": %llu, \"functions\": [",
+                (int)getpid(), why, loader_path, origin, load_at_s, exec_to_load_s, (t_now - t_load) * 1e-9,
+                sum * 1e-9, (unsigned long long)(min_ns / 1000));
         for (int i = 0; i < n; i++) {
             Stat *s = &stats[order[i]];
             fprintf(f, "%s\n  {\"name\": \"%s\", \"calls\": %llu, \"total_s\": %.6f, \"max_s\": %.6f, "
@@ -479,9 +490,9 @@ static void write_report(const char *why)
                     ev[i].start_ns * 1e-9, ev[i].dur_ns * 1e-9, names[ev[i].id], ev[i].tid);
         fprintf(f, "], \"dropped\": %d}\n", atomic_load(&dropped));
     } else {
-        fprintf(f, "vktime: pid %d, report %s at +%.3f s from the shim's load (loaded %.3f s after exec, "
-                "+-0.01), loader %s\n", (int)getpid(), why, (t_now - t_load) * 1e-9, exec_to_load_s,
-                loader_path);
+        fprintf(f, "vktime: pid %d, report %s at +%.3f s from %s (the shim loaded at +%.3f s, %.3f s after "
+                "exec +-0.01), loader %s\n", (int)getpid(), why, (t_now - t_load) * 1e-9, origin, load_at_s,
+                exec_to_load_s, loader_path);
         fprintf(f, "vktime: %.3f s in timed calls (vkGet*ProcAddr apart)\n", sum * 1e-9);
         fprintf(f, "%-48s %7s %10s %10s %10s\n", "function", "calls", "total ms", "max ms", "first +ms");
         for (int i = 0; i < n; i++) {
@@ -490,8 +501,8 @@ static void write_report(const char *why)
                     (unsigned long long)atomic_load(&s->calls), atomic_load(&s->total_ns) * 1e-6,
                     atomic_load(&s->max_ns) * 1e-6, (atomic_load(&s->first_ns) - 1) * 1e-6);
         }
-        fprintf(f, "timeline: calls of %.3f ms or more (start +ms from the shim's load, duration ms, "
-                "thread)%s\n", min_ns * 1e-6, atomic_load(&dropped) ? ", some dropped" : "");
+        fprintf(f, "timeline: calls of %.3f ms or more (start +ms from %s, duration ms, thread)%s\n",
+                min_ns * 1e-6, origin, atomic_load(&dropped) ? ", some dropped" : "");
         for (int i = 0; i < ne; i++)
             fprintf(f, "  +%10.3f %10.3f  %-40s tid %d\n", ev[i].start_ns * 1e-6, ev[i].dur_ns * 1e-6,
                     names[ev[i].id], ev[i].tid);
