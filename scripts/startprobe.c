@@ -245,6 +245,7 @@ static int ffmpeg_mode(const char *dev, AVDictionary *opts, const char *path, in
             return 1;
         }
         t[T_OPEN1] = now();
+        threads = dec->thread_count;      /* what 0 (auto) became */
         mark("decoder open (%d threads)", dec->thread_count);
         /* send packets (in a loop over the clip when more frames are wanted than it has)
          * until the frames wanted came out, as ffmpeg -frames:v N does */

@@ -7,8 +7,8 @@
  * destruction, enumeration and queries, memory, pipelines, submissions and waits); every other
  * function is the real one, untouched.
  *
- * At process exit it writes, to $VKTIME_OUT (stderr when unset; "%p" in it becomes the pid; a
- * name ending in ".json" gets JSON, any other text):
+ * At process exit it writes, to each file of $VKTIME_OUT (comma-separated; stderr when unset;
+ * "%p" in a name becomes the pid; a name ending in ".json" gets JSON, any other text):
  *   - per function: calls, total and longest time, offset of the first call;
  *   - a timeline of every call that took at least $VKTIME_MIN_US microseconds (default 1000),
  *     with its start offset from the moment the shim was loaded, and its thread.
@@ -432,45 +432,9 @@ static int by_start(const void *a, const void *b)
 
 static pthread_mutex_t report_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void write_report(const char *why)
+static void print_report(FILE *f, int json, const char *why, uint64_t t_now, uint64_t sum,
+                         const int *order, int n, const Event *ev, int ne)
 {
-    static int reports;
-    const char *tmpl = getenv("VKTIME_OUT");
-    char path[PATH_MAX];
-    int order[NB_IDS], n = 0, ne, json;
-    Event *ev;
-    FILE *f = stderr;
-    uint64_t t_now = now_ns(), sum = 0;
-
-    pthread_mutex_lock(&report_lock);
-    if (tmpl && *tmpl) {
-        const char *p = strstr(tmpl, "%p");
-        if (p)
-            snprintf(path, sizeof(path), "%.*s%d%s", (int)(p - tmpl), tmpl, (int)getpid(), p + 2);
-        else
-            snprintf(path, sizeof(path), "%s", tmpl);
-        /* several reports of one process (VKTIME_DUMP_AFTER) follow each other */
-        if (!(f = fopen(path, reports ? "a" : "w")))
-            f = stderr;
-    }
-    json = f != stderr && strlen(path) > 5 && !strcmp(path + strlen(path) - 5, ".json");
-    for (int i = 0; i < NB_IDS; i++)
-        if (atomic_load(&stats[i].calls)) {
-            order[n++] = i;
-            if (i != ID_vkGetInstanceProcAddr && i != ID_vkGetDeviceProcAddr)
-                sum += atomic_load(&stats[i].total_ns);
-        }
-    qsort(order, n, sizeof(*order), by_total);
-    ne = atomic_load(&nb_events);
-    ne = ne < NB_EVENTS ? ne : NB_EVENTS;
-    ev = calloc(ne ? ne : 1, sizeof(*ev));
-    int k = 0;
-    for (int i = 0; i < ne; i++)
-        if (atomic_load_explicit(&events_done[i], memory_order_acquire))
-            ev[k++] = events[i];
-    ne = k;
-    qsort(ev, ne, sizeof(*ev), by_start);
-
     if (json) {
         fprintf(f, "{\"pid\": %d, \"why\": \"%s\", \"loader\": \"%s\", \"origin\": \"%s\", "
                 "\"load_at_s\": %.6f, \"exec_to_load_s\": %.3f, \"report_at_s\": %.6f, "
@@ -489,27 +453,76 @@ static void write_report(const char *why)
             fprintf(f, "%s\n  {\"at_s\": %.6f, \"dur_s\": %.6f, \"name\": \"%s\", \"tid\": %d}", i ? "," : "",
                     ev[i].start_ns * 1e-9, ev[i].dur_ns * 1e-9, names[ev[i].id], ev[i].tid);
         fprintf(f, "], \"dropped\": %d}\n", atomic_load(&dropped));
-    } else {
-        fprintf(f, "vktime: pid %d, report %s at +%.3f s from %s (the shim loaded at +%.3f s, %.3f s after "
-                "exec +-0.01), loader %s\n", (int)getpid(), why, (t_now - t_load) * 1e-9, origin, load_at_s,
-                exec_to_load_s, loader_path);
-        fprintf(f, "vktime: %.3f s in timed calls (vkGet*ProcAddr apart)\n", sum * 1e-9);
-        fprintf(f, "%-48s %7s %10s %10s %10s\n", "function", "calls", "total ms", "max ms", "first +ms");
-        for (int i = 0; i < n; i++) {
-            Stat *s = &stats[order[i]];
-            fprintf(f, "%-48s %7llu %10.3f %10.3f %10.3f\n", names[order[i]],
-                    (unsigned long long)atomic_load(&s->calls), atomic_load(&s->total_ns) * 1e-6,
-                    atomic_load(&s->max_ns) * 1e-6, (atomic_load(&s->first_ns) - 1) * 1e-6);
+        return;
+    }
+    fprintf(f, "vktime: pid %d, report %s at +%.3f s from %s (the shim loaded at +%.3f s, %.3f s after "
+            "exec +-0.01), loader %s\n", (int)getpid(), why, (t_now - t_load) * 1e-9, origin, load_at_s,
+            exec_to_load_s, loader_path);
+    fprintf(f, "vktime: %.3f s in timed calls (vkGet*ProcAddr apart; calls on several threads add up)\n",
+            sum * 1e-9);
+    fprintf(f, "%-48s %7s %10s %10s %10s\n", "function", "calls", "total ms", "max ms", "first +ms");
+    for (int i = 0; i < n; i++) {
+        Stat *s = &stats[order[i]];
+        fprintf(f, "%-48s %7llu %10.3f %10.3f %10.3f\n", names[order[i]],
+                (unsigned long long)atomic_load(&s->calls), atomic_load(&s->total_ns) * 1e-6,
+                atomic_load(&s->max_ns) * 1e-6, (atomic_load(&s->first_ns) - 1) * 1e-6);
+    }
+    fprintf(f, "timeline: calls of %.3f ms or more (start +ms from %s, duration ms, thread)%s\n",
+            min_ns * 1e-6, origin, atomic_load(&dropped) ? ", some dropped" : "");
+    for (int i = 0; i < ne; i++)
+        fprintf(f, "  +%10.3f %10.3f  %-40s tid %d\n", ev[i].start_ns * 1e-6, ev[i].dur_ns * 1e-6,
+                names[ev[i].id], ev[i].tid);
+}
+
+/* The report, to each file of $VKTIME_OUT (comma-separated; JSON for names ending in .json). */
+static void write_report(const char *why)
+{
+    static int reports;
+    const char *outs = getenv("VKTIME_OUT");
+    int order[NB_IDS], n = 0, ne, k = 0;
+    Event *ev;
+    uint64_t t_now = now_ns(), sum = 0;
+
+    pthread_mutex_lock(&report_lock);
+    for (int i = 0; i < NB_IDS; i++)
+        if (atomic_load(&stats[i].calls)) {
+            order[n++] = i;
+            if (i != ID_vkGetInstanceProcAddr && i != ID_vkGetDeviceProcAddr)
+                sum += atomic_load(&stats[i].total_ns);
         }
-        fprintf(f, "timeline: calls of %.3f ms or more (start +ms from %s, duration ms, thread)%s\n",
-                min_ns * 1e-6, origin, atomic_load(&dropped) ? ", some dropped" : "");
-        for (int i = 0; i < ne; i++)
-            fprintf(f, "  +%10.3f %10.3f  %-40s tid %d\n", ev[i].start_ns * 1e-6, ev[i].dur_ns * 1e-6,
-                    names[ev[i].id], ev[i].tid);
+    qsort(order, n, sizeof(*order), by_total);
+    ne = atomic_load(&nb_events);
+    ne = ne < NB_EVENTS ? ne : NB_EVENTS;
+    ev = calloc(ne ? ne : 1, sizeof(*ev));
+    for (int i = 0; ev && i < ne; i++)
+        if (atomic_load_explicit(&events_done[i], memory_order_acquire))
+            ev[k++] = events[i];
+    ne = k;
+    qsort(ev, ne, sizeof(*ev), by_start);
+
+    if (!outs || !*outs)
+        print_report(stderr, 0, why, t_now, sum, order, n, ev, ne);
+    while (outs && *outs) {
+        char name[PATH_MAX], path[PATH_MAX];
+        size_t len = strcspn(outs, ",");
+        snprintf(name, sizeof(name), "%.*s", (int)len, outs);
+        outs += len + (outs[len] == ',');
+        if (!*name)
+            continue;
+        char *p = strstr(name, "%p");
+        if (p)
+            snprintf(path, sizeof(path), "%.*s%d%s", (int)(p - name), name, (int)getpid(), p + 2);
+        else
+            snprintf(path, sizeof(path), "%s", name);
+        /* several reports of one process (VKTIME_DUMP_AFTER) follow each other */
+        FILE *f = fopen(path, reports ? "a" : "w");
+        len = strlen(path);
+        print_report(f ? f : stderr, len > 5 && !strcmp(path + len - 5, ".json"), why, t_now, sum,
+                     order, n, ev, ne);
+        if (f)
+            fclose(f);
     }
     free(ev);
-    if (f != stderr)
-        fclose(f);
     reports++;
     pthread_mutex_unlock(&report_lock);
 }
