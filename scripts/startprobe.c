@@ -9,8 +9,9 @@
  *       with an av_log callback at AV_LOG_DEBUG that stamps each line (hwcontext_vulkan's
  *       messages form a timeline of device creation); then, with FILE, the decoder opened
  *       with the hwaccel (frame threads: --threads, default 0 = auto, as ffmpeg), packets sent
- *       until --frames frames (default 1) come out, the decoder freed; then the device unref
- *       (teardown). FILE is demuxed first (its packets in memory), outside the timed part.
+ *       until --frames frames (default 1) come out (the first one also waited for until the GPU
+ *       has written it: a frame comes out once submitted), the decoder freed; then the device
+ *       unref (teardown). FILE is demuxed first (its packets in memory), outside the timed part.
  *   startprobe --raw [--device N] [--repeat N]
  *       No FFmpeg: dlopen("libvulkan.so.1"), vkCreateInstance with no extension, enumerate,
  *       then vkCreateDevice + vkGetDeviceQueue + vkDestroyDevice for: 1 compute queue; every
@@ -41,6 +42,7 @@
 #include <libavformat/avformat.h>
 #include <libavutil/dict.h>
 #include <libavutil/hwcontext.h>
+#include <libavutil/hwcontext_vulkan.h>
 #include <libavutil/pixdesc.h>
 
 static double t_main;
@@ -168,6 +170,38 @@ static void print_marks(FILE *f)
 }
 
 /* ------------------------------------------------------------------ the FFmpeg mode */
+/* Waits until the GPU has finished writing a Vulkan frame (its timeline semaphores reach
+ * their values): a frame comes out of the decoder as soon as its work is submitted. */
+static int wait_frame(const AVFrame *frame)
+{
+    AVHWFramesContext *fc = (AVHWFramesContext *)frame->hw_frames_ctx->data;
+    AVVulkanFramesContext *vkfc = fc->hwctx;
+    AVVulkanDeviceContext *dev = fc->device_ctx->hwctx;
+    AVVkFrame *f = (AVVkFrame *)frame->data[0];
+    PFN_vkGetDeviceProcAddr gdpa = (PFN_vkGetDeviceProcAddr)dev->get_proc_addr(dev->inst, "vkGetDeviceProcAddr");
+    PFN_vkWaitSemaphores wait = gdpa ? (PFN_vkWaitSemaphores)gdpa(dev->act_dev, "vkWaitSemaphores") : NULL;
+    VkSemaphore sems[AV_NUM_DATA_POINTERS];
+    uint64_t values[AV_NUM_DATA_POINTERS];
+    uint32_t n = 0;
+    VkResult res;
+    if (!wait)
+        return -1;
+    vkfc->lock_frame(fc, f);
+    for (; n < AV_NUM_DATA_POINTERS && f->sem[n] != VK_NULL_HANDLE; n++) {
+        sems[n] = f->sem[n];
+        values[n] = f->sem_value[n];
+    }
+    vkfc->unlock_frame(fc, f);
+    VkSemaphoreWaitInfo info = {
+        .sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO,
+        .semaphoreCount = n,
+        .pSemaphores = sems,
+        .pValues = values,
+    };
+    res = wait(dev->act_dev, &info, UINT64_MAX);
+    return res == VK_SUCCESS ? 0 : -1;
+}
+
 static enum AVPixelFormat want_vulkan(AVCodecContext *avctx, const enum AVPixelFormat *fmts)
 {
     (void)avctx;
@@ -188,7 +222,7 @@ static int ffmpeg_mode(const char *dev, AVDictionary *opts, const char *path, in
     AVFrame *frame = av_frame_alloc();
     const AVCodec *codec = NULL;
     int nb_pkts = 0, stream = -1, ret = 0, frames = 0, sent = 0;
-    double t[16] = { 0 }, frame_at[64];
+    double t[16] = { 0 }, frame_at[64], done_at = 0;
     char *optstr = NULL;
     enum { T_DEMUX0, T_DEMUX1, T_DEV0, T_DEV1, T_OPEN0, T_OPEN1, T_FIRST, T_CLOSE0, T_CLOSE1,
            T_FREE0, T_FREE1, T_END };
@@ -266,6 +300,12 @@ static int ffmpeg_mode(const char *dev, AVDictionary *opts, const char *path, in
                 frame_at[frames++] = now();
                 mark("frame %d out (%s, after %d packets)", frames - 1,
                      av_get_pix_fmt_name(frame->format), sent);
+                if (frames == 1 && frame->format == AV_PIX_FMT_VULKAN) {
+                    if (wait_frame(frame) < 0)
+                        mark("could not wait for frame 0");
+                    done_at = now();
+                    mark("frame 0 done on the GPU");
+                }
                 av_frame_unref(frame);
             }
         }
@@ -303,20 +343,22 @@ static int ffmpeg_mode(const char *dev, AVDictionary *opts, const char *path, in
     json_str(stdout, path ? path : "");
     printf(", \"threads\": %d, \"frames\": %d, \"packets_sent\": %d,\n \"exec_to_main_s\": %.3f, "
            "\"demux_s\": %.6f, \"device_create_s\": %.6f, \"decoder_open_s\": %.6f, "
-           "\"first_frame_s\": %.6f, \"frames_s\": %.6f, \"decoder_close_s\": %.6f, "
-           "\"device_free_s\": %.6f, \"main_s\": %.6f,\n ",
+           "\"first_frame_s\": %.6f, \"first_frame_done_s\": %.6f, \"frames_s\": %.6f, "
+           "\"decoder_close_s\": %.6f, \"device_free_s\": %.6f, \"main_s\": %.6f,\n ",
            threads, frames, sent, since_exec() - now(), t[T_DEMUX1] - t[T_DEMUX0],
            t[T_DEV1] - t[T_DEV0], t[T_OPEN1] - t[T_OPEN0], path ? t[T_FIRST] - t[T_OPEN1] : 0.0,
+           done_at ? done_at - t[T_OPEN1] : 0.0,
            path ? frame_at[frames - 1] - t[T_OPEN1] : 0.0, t[T_CLOSE1] - t[T_CLOSE0],
            t[T_FREE1] - t[T_FREE0], t[T_END]);
     print_marks(stdout);
     printf("}\n");
 
     fprintf(stderr, "startprobe %s, device %s, options '%s'%s%s: device %.3f s, decoder open %.3f s, "
-            "first frame %.3f s, %d frame(s) %.3f s, decoder close %.3f s, device free %.3f s, "
-            "main() %.3f s\n", av_version_info(), dev ? dev : "default", optstr ? optstr : "",
+            "first frame out %.3f s, done on the GPU %.3f s, %d frame(s) %.3f s, decoder close %.3f s, "
+            "device free %.3f s, main() %.3f s\n", av_version_info(), dev ? dev : "default", optstr ? optstr : "",
             path ? ", " : "", path ? path : "", t[T_DEV1] - t[T_DEV0], t[T_OPEN1] - t[T_OPEN0],
-            path ? t[T_FIRST] - t[T_OPEN1] : 0.0, frames, path ? frame_at[frames - 1] - t[T_OPEN1] : 0.0,
+            path ? t[T_FIRST] - t[T_OPEN1] : 0.0, done_at ? done_at - t[T_OPEN1] : 0.0, frames,
+            path ? frame_at[frames - 1] - t[T_OPEN1] : 0.0,
             t[T_CLOSE1] - t[T_CLOSE0], t[T_FREE1] - t[T_FREE0], t[T_END]);
     for (int i = 0; i < nb_marks; i++)
         fprintf(stderr, "  +%8.3f ms  %s%s\n", marks[i].at * 1e3, marks[i].level < 0 ? "== " : "", marks[i].text);

@@ -127,7 +127,7 @@ def test_summary_gathers_the_step(tmp_path: Path):
     d = tmp_path / "d"
     d.mkdir()
     (d / "probe-default.json").write_text(json.dumps({
-        "device_create_s": 0.54, "decoder_open_s": 0.001, "first_frame_s": 0.2, "threads": 17,
+        "device_create_s": 0.54, "decoder_open_s": 0.001, "first_frame_s": 0.2, "first_frame_done_s": 0.25, "threads": 17,
         "packets_sent": 17, "decoder_close_s": 0.01, "device_free_s": 0.05, "main_s": 0.85}))
     (d / "vktime-device.json").write_text(json.dumps({"wrapped_total_s": 0.5, "functions": [
         {"name": "vkCreateDevice", "calls": 1, "total_s": 0.4, "max_s": 0.4, "first_at_s": 0.1}]}))
@@ -148,7 +148,7 @@ def test_summary_gathers_the_step(tmp_path: Path):
     assert lines[0] == ("startup ff: whole process, medians: ffmpeg -version 0.030 s; device alone: default "
                         "0.800 s, limit_queues=1 0.470 s; -frames:v 1: default 0.950 s; -frames:v 1 with the "
                         "shader disk cache off 1.500 s")
-    assert any("exec, linking and exit: 0.050 s" in l for l in lines)
+    assert any("exec, linking and exit: 0.050 s" in l and "done on the GPU 0.250 s" in l for l in lines)
     assert any("every queue of every family 400.0+200.0 ms" in l for l in lines)
     assert any("VK_NV_optical_flow and its features 90.0+10.0 ms" in l for l in lines)
 
