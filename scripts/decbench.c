@@ -101,6 +101,8 @@ int main(int argc, char **argv)
     const char *path = NULL, *hw = "vulkan", *dev = NULL;
     int threads = 0, loops = 10, nb_pkts = 0, ret, stream;
     const char *err_detect = NULL;
+    AVDictionary *dev_opts = NULL;
+    const char *opt_str = "";
     AVFormatContext *fmt = NULL;
     AVPacket **pkts = NULL, *pkt;
     AVBufferRef *device = NULL;
@@ -119,14 +121,22 @@ int main(int argc, char **argv)
             dev = argv[++i];
         else if (!strcmp(argv[i], "--download"))
             b.download = 1;
-        else if (!strcmp(argv[i], "--err-detect") && i + 1 < argc)
+        else if (!strcmp(argv[i], "--opt") && i + 1 < argc) {
+            /* a device option, e.g. limit_queues=2 (hwcontext_vulkan.c) */
+            opt_str = argv[++i];
+            if (av_dict_parse_string(&dev_opts, opt_str, "=", ",", 0) < 0) {
+                fprintf(stderr, "bad --opt %s: expected KEY=VALUE[,KEY=VALUE]\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--err-detect") && i + 1 < argc)
             err_detect = argv[++i];   /* e.g. "bitstream": the hwaccel reports damaged slices */
         else
             path = argv[i];
     }
     if (!path || loops < 1) {
         fprintf(stderr, "usage: decbench [--threads N] [--loops N] "
-                "[--hw vulkan|none] [--device DEV] [--download] [--err-detect FLAGS] FILE\n");
+                "[--hw vulkan|none] [--device DEV] [--opt KEY=VALUE[,...]] [--download] "
+                "[--err-detect FLAGS] FILE\n");
         return 2;
     }
 
@@ -162,7 +172,7 @@ int main(int argc, char **argv)
     t0 = now();
     if (strcmp(hw, "none")) {
         ret = av_hwdevice_ctx_create(&device, av_hwdevice_find_type_by_name(hw),
-                                     dev, NULL, 0);
+                                     dev, dev_opts, 0);
         if (ret < 0) {
             fprintf(stderr, "cannot open a %s device: %s\n", hw, av_err2str(ret));
             return 1;
@@ -215,11 +225,11 @@ int main(int argc, char **argv)
     t4 = now();
     c4 = cpu_seconds();
 
-    printf("{\"file\": \"%s\", \"hw\": \"%s\", \"download\": %d, \"err_detect\": \"%s\", \"threads\": %d, "
+    printf("{\"file\": \"%s\", \"hw\": \"%s\", \"opt\": \"%s\", \"download\": %d, \"err_detect\": \"%s\", \"threads\": %d, "
            "\"packets\": %d, \"frames\": %ld, \"device_s\": %.4f, "
            "\"first_frame_s\": %.4f, \"fps\": %.1f, \"cpu_us_per_frame\": %.1f, "
            "\"ffmpeg\": \"%s\", \"libavcodec\": \"%u.%u.%u\"}\n",
-           path, hw, b.download, err_detect ? err_detect : "", b.dec->thread_count, nb_pkts,
+           path, hw, opt_str, b.download, err_detect ? err_detect : "", b.dec->thread_count, nb_pkts,
            b.frames, t1 - t0, t2 - t1, b.frames / (t4 - t3), (c4 - c3) * 1e6 / b.frames,
            av_version_info(), avcodec_version() >> 16, (avcodec_version() >> 8) & 0xff,
            avcodec_version() & 0xff);
@@ -235,6 +245,7 @@ fail:
     av_frame_free(&b.sw);
     avcodec_free_context(&b.dec);
     av_buffer_unref(&device);
+    av_dict_free(&dev_opts);
     avformat_close_input(&fmt);
     return ret < 0;
 }
