@@ -1079,6 +1079,26 @@ static void keep_caller_memory(void *opaque, uint8_t *data)
 {
 }
 
+/* Point dst's planes at the caller's memory, one buffer reference per plane:
+ * hwcontext_vulkan may import the destination (FFmpeg 9.0 imports each of
+ * buf[] and, with a single buffer, places every plane inside buf[0]'s range),
+ * so each reference must cover exactly its own plane. */
+static int wrap_caller_planes(AVFrame *dst, const ppr_planes *out)
+{
+    int i;
+
+    for (i = 0; i < out->count; i++) {
+        dst->buf[i] = av_buffer_create((uint8_t *)out->plane[i].data,
+                                       (size_t)out->plane[i].stride * out->plane[i].height,
+                                       keep_caller_memory, NULL, 0);
+        if (!dst->buf[i])
+            return AVERROR(ENOMEM);
+        dst->data[i]     = (uint8_t *)out->plane[i].data;
+        dst->linesize[i] = (int)out->plane[i].stride;
+    }
+    return 0;
+}
+
 /* Can the download write straight into the caller's planes? hwcontext_vulkan
  * copies whole rows of linesize bytes out of its staging buffer, so only rows
  * without padding qualify, and the frame must have exactly the caller's size,
@@ -1177,20 +1197,14 @@ static int decode_packet(ppr_session *s, const uint8_t *data, size_t size, uint3
         if (direct_download_ok(s, out, fmt, info)) {
             /* saves a copy of the whole frame and its allocation */
             AVFrame *dst = s->swframe;
-            dst->buf[0] = av_buffer_create((uint8_t *)out->plane[0].data,
-                                           (size_t)out->plane[0].stride * out->plane[0].height,
-                                           keep_caller_memory, NULL, 0);
-            if (!dst->buf[0]) {
+            if (wrap_caller_planes(dst, out) < 0) {
+                av_frame_unref(dst);
                 av_frame_unref(s->frame);
                 return sfail(s, PPR_ENOMEM, "out of memory");
             }
             dst->format = fmt;
             dst->width  = info->width;
             dst->height = info->height;
-            for (i = 0; i < out->count; i++) {
-                dst->data[i]     = (uint8_t *)out->plane[i].data;
-                dst->linesize[i] = (int)out->plane[i].stride;
-            }
             direct = 1;
         }
         ret = av_hwframe_transfer_data(s->swframe, s->frame, 0);
@@ -1803,18 +1817,13 @@ static int download_into(ppr_session *s, AVFrame *frame, AVFrame *sw, int vulkan
         av_frame_unref(sw);
         if (direct) {
             /* hwcontext_vulkan writes whole rows: only unpadded planes */
-            sw->buf[0] = av_buffer_create((uint8_t *)out->plane[0].data,
-                                          (size_t)out->plane[0].stride * out->plane[0].height,
-                                          keep_caller_memory, NULL, 0);
-            if (!sw->buf[0])
+            if (wrap_caller_planes(sw, out) < 0) {
+                av_frame_unref(sw);
                 return sfail(s, PPR_ENOMEM, "out of memory");
+            }
             sw->format = fmt;
             sw->width  = frame->width;
             sw->height = frame->height;
-            for (i = 0; i < out->count; i++) {
-                sw->data[i]     = (uint8_t *)out->plane[i].data;
-                sw->linesize[i] = (int)out->plane[i].stride;
-            }
         }
         ret = av_hwframe_transfer_data(sw, frame, 0);
         if (ret < 0) {
