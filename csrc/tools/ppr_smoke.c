@@ -4,7 +4,14 @@
  * with its 32-bit big-endian size, as ProRes frames do, e.g. the output of
  * `ffmpeg ... -c:v prores_ks -f rawvideo out.prores`) and, per packet:
  * inspect, layout, decode, rebuild from all slices, rebuild with one slice
- * garbled, rebuild with one slice left out; then error paths; then close.
+ * garbled, rebuild with one slice left out; then error paths. Then it streams
+ * the packets: sent as they are, and sent prepared (ppr_packet_new,
+ * ppr_send_prepared) with the frames taken out of the session
+ * (ppr_take_frame) and downloaded later, into unpadded planes (on vulkan
+ * straight into them, one buffer reference per plane), padded planes and
+ * planes with one left out, each compared with the packet's ppr_decode by a
+ * software session; one taken frame is downloaded after both sessions are
+ * closed. Error paths of those calls; then close.
  *
  * Usage: ppr_smoke FILE FOURCC [software|vulkan [nohwcheck]]
  * Exit status 0 when every call behaved as expected.
@@ -37,15 +44,257 @@ static void free_planes(ppr_planes *pl)
         free(pl->plane[i].data);
 }
 
+/* planes with data == NULL in either are skipped */
 static int same_planes(const ppr_planes *a, const ppr_planes *b)
 {
-    for (int i = 0; i < a->count; i++)
+    if (a->count != b->count)
+        return 0;
+    for (int i = 0; i < a->count; i++) {
+        if (!a->plane[i].data || !b->plane[i].data)
+            continue;
         for (int y = 0; y < a->plane[i].height; y++)
             if (memcmp((uint8_t *)a->plane[i].data + y * a->plane[i].stride,
                        (uint8_t *)b->plane[i].data + y * b->plane[i].stride,
                        (size_t)a->plane[i].width * 2))
                 return 0;
+    }
     return 1;
+}
+
+static int same_layout(const ppr_planes *a, const ppr_planes *b)
+{
+    if (a->count != b->count)
+        return 0;
+    for (int i = 0; i < a->count; i++)
+        if (a->plane[i].width != b->plane[i].width || a->plane[i].height != b->plane[i].height)
+            return 0;
+    return 1;
+}
+
+#define MAX_PACKETS 64
+
+/* A frame taken out of the session in prepared_and_taken(), downloaded after
+ * ppr_close (its handle keeps the frames context and device alive), and the
+ * software decode it must equal. */
+static ppr_frame *late_frame;
+static ppr_planes late_want;
+
+/* Stream `data`'s packets through `s` as prepared packets, taking every frame
+ * out of the session and downloading it later, and check each against `ref`'s
+ * ppr_decode (a software session). Then error paths: packets that are not
+ * sent or not ProRes, frames taken twice or never received, downloads into
+ * planes of the wrong size, frames freed without a download, a reset with
+ * frames in flight. Returns the number of failures. */
+static int prepared_and_taken(ppr_session *s, ppr_session *ref, const uint8_t *data, long size,
+                              uint32_t tag)
+{
+    static ppr_planes want[MAX_PACKETS];
+    ppr_packet *pk[MAX_PACKETS] = { NULL };
+    ppr_frame *taken[MAX_PACKETS] = { NULL };
+    int64_t taken_pts[MAX_PACKETS];
+    long off[MAX_PACKETS], len[MAX_PACKETS], pos;
+    int failures = 0, ret, n = 0, ntaken = 0, next = 0, eof = 0, spins = 0, live0;
+    ppr_stream_frame sf;
+    ppr_planes none = { 0 };
+
+    for (pos = 0; pos + 8 <= size && n < MAX_PACKETS; n++) {
+        long psize = (long)((uint32_t)data[pos] << 24 | data[pos + 1] << 16 |
+                            data[pos + 2] << 8 | data[pos + 3]);
+        if (psize < 8 || pos + psize > size)
+            break;
+        off[n] = pos;
+        len[n] = psize;
+        pos += psize;
+    }
+    live0 = ppr_frames_live();
+
+    /* the reference: each packet decoded whole by a software session */
+    for (int i = 0; i < n; i++) {
+        ppr_frame_info info;
+        memset(&want[i], 0, sizeof(want[i]));
+        ret = ppr_inspect(data + off[i], (size_t)len[i], tag, &info);
+        CHECK(ret == 0, "reference inspect: %s", ppr_strerror(ret));
+        if (ret < 0)
+            continue;
+        ppr_frame_layout(&info, &want[i]);
+        ppr_frame_info_free(&info);
+        if (alloc_planes(&want[i], 0) < 0)
+            return failures + 1;
+        ret = ppr_decode(ref, data + off[i], (size_t)len[i], tag, &want[i]);
+        CHECK(ret == 0, "reference decode of packet %d: %s (%s)", i, ppr_strerror(ret),
+              ppr_last_error(ref));
+    }
+
+    /* error paths before any frame */
+    CHECK(ppr_packet_new(NULL, 16, 0) == NULL, "ppr_packet_new(NULL, 16) succeeded");
+    CHECK(ppr_packet_size(NULL) == 0, "ppr_packet_size(NULL)");
+    ppr_packet_free(NULL);
+    ppr_frame_free(NULL);
+    CHECK(ppr_take_frame(NULL) == NULL, "ppr_take_frame(NULL) succeeded");
+    CHECK(ppr_take_frame(s) == NULL, "took a frame from a session that received none");
+    CHECK(ppr_frame_download(NULL, &want[0]) == PPR_EINVAL, "ppr_frame_download(NULL)");
+    CHECK(ppr_send_prepared(NULL, NULL, tag) == PPR_EINVAL, "ppr_send_prepared(NULL)");
+    {
+        ppr_packet *unsent = ppr_packet_new(data, (size_t)len[0], 99);
+        CHECK(unsent && ppr_packet_size(unsent) == (size_t)len[0], "prepared packet size");
+        ppr_packet_free(unsent);                            /* never sent */
+    }
+    ret = ppr_stream_config(s, 2, PPR_STREAM_ERR_DETECT);
+    CHECK(ret == 0, "stream config (prepared): %s", ppr_strerror(ret));
+    {
+        ppr_packet *empty = ppr_packet_new(NULL, 0, 0);
+        ppr_packet *junk = ppr_packet_new((const uint8_t *)"0123456789abcdefghijklmnopqrstuvwxyz",
+                                          36, 0);
+        CHECK(empty && ppr_packet_size(empty) == 0, "empty prepared packet");
+        ret = ppr_send_prepared(s, empty, tag);
+        CHECK(ret == PPR_ETRUNCATED, "empty prepared packet sent: %s", ppr_strerror(ret));
+        ret = ppr_send_prepared(s, junk, tag);
+        CHECK(ret == PPR_ENOTPRORES, "junk prepared packet sent: %s", ppr_strerror(ret));
+        ppr_packet_free(empty);
+        ppr_packet_free(junk);
+    }
+
+    /* every packet prepared ahead, each freed once sent; every frame taken */
+    for (int i = 0; i < n; i++) {
+        pk[i] = ppr_packet_new(data + off[i], (size_t)len[i], i);
+        CHECK(pk[i], "ppr_packet_new: %s", ppr_last_error(NULL));
+        if (!pk[i])
+            n = i;
+    }
+    while (spins++ < 10 * MAX_PACKETS + 10) {
+        if (next < n) {
+            ret = ppr_send_prepared(s, pk[next], tag);
+            if (ret == 0) {
+                ppr_packet_free(pk[next]);       /* the decoder holds its own reference */
+                pk[next++] = NULL;
+            } else if (ret != PPR_EAGAIN) {
+                CHECK(0, "send prepared %d: %s", next, ppr_strerror(ret));
+                break;
+            }
+        } else if (!eof) {
+            ret = ppr_send_prepared(s, NULL, tag);
+            CHECK(ret == 0, "send prepared end of stream: %s", ppr_strerror(ret));
+            eof = 1;
+        }
+        while ((ret = ppr_receive_frame(s, &sf)) == PPR_RECV_FRAME) {
+            ppr_frame *f = ppr_take_frame(s);
+            CHECK(f, "take frame: %s", ppr_last_error(s));
+            CHECK(sf.pts >= 0 && sf.pts < n && same_layout(&sf.layout, &want[sf.pts]),
+                  "received frame pts %lld, layout differs", (long long)sf.pts);
+            CHECK(ppr_take_frame(s) == NULL, "a frame taken twice");
+            CHECK(ppr_download_frame(s, &none) == PPR_EINVAL, "downloaded a taken frame");
+            if (f && ntaken < MAX_PACKETS) {
+                taken[ntaken] = f;
+                taken_pts[ntaken++] = sf.pts;
+            } else {
+                ppr_frame_free(f);
+            }
+        }
+        if (ret == PPR_RECV_EOF)
+            break;
+        CHECK(ret == PPR_RECV_AGAIN, "receive (prepared): %s", ppr_strerror(ret));
+        if (ret < 0)
+            break;
+    }
+    CHECK(ntaken == n && next == n, "prepared: sent %d, took %d frames of %d packets",
+          next, ntaken, n);
+    CHECK(ppr_frames_live() == live0 + ntaken, "frames live: %d, want %d", ppr_frames_live(),
+          live0 + ntaken);
+
+    /* download them last first: unpadded (on vulkan straight into the planes),
+     * padded, unpadded with a plane left out; the first frame after close */
+    for (int i = ntaken - 1; i >= 0; i--) {
+        ppr_planes out;
+        int64_t p = taken_pts[i];
+        if (p < 0 || p >= n)
+            continue;
+        if (i == 0 && !late_frame) {
+            late_frame = taken[0];
+            late_want = want[p];
+            memset(&want[p], 0, sizeof(want[p]));      /* freed after the late download */
+            continue;
+        }
+        out = want[p];
+        if (alloc_planes(&out, i % 3 == 1 ? 48 : 0) < 0)
+            return failures + 1;
+        if (i % 3 == 2) {
+            free(out.plane[1].data);
+            out.plane[1].data = NULL;
+        }
+        ret = ppr_frame_download(taken[i], &out);
+        CHECK(ret == 0 && same_planes(&want[p], &out), "taken frame %lld (%s): %s %s",
+              (long long)p, i % 3 == 1 ? "padded" : i % 3 == 2 ? "plane 1 skipped" : "unpadded",
+              ppr_strerror(ret), ret ? ppr_last_error(NULL) : "differs from the reference");
+        CHECK(out.corrupt == 0, "taken frame %lld flagged corrupt", (long long)p);
+        ret = ppr_frame_download(taken[i], &out);
+        CHECK(ret == PPR_EINVAL, "a taken frame downloaded twice: %s", ppr_strerror(ret));
+        free_planes(&out);
+        ppr_frame_free(taken[i]);
+    }
+    ppr_stream_reset(s);
+
+    /* wrong planes, a frame freed undownloaded, a reset with frames in flight
+     * and the sent packets still the caller's */
+    ret = ppr_stream_config(s, 2, 0);
+    CHECK(ret == 0, "stream config (errors): %s", ppr_strerror(ret));
+    ntaken = 0;
+    for (int i = 0; i < n; i++)
+        pk[i] = ppr_packet_new(data + off[i], (size_t)len[i], 100 + i);
+    for (next = 0, eof = 0, spins = 0; ntaken < 3 && spins++ < 10 * MAX_PACKETS; ) {
+        if (next < n) {
+            ret = ppr_send_prepared(s, pk[next], tag);
+            CHECK(ret == 0 || ret == PPR_EAGAIN, "send prepared (errors): %s", ppr_strerror(ret));
+            if (ret == 0)
+                next++;
+            else if (ret != PPR_EAGAIN)
+                break;
+        } else if (!eof) {
+            ppr_send_prepared(s, NULL, tag);
+            eof = 1;
+        }
+        ret = ppr_receive_frame(s, &sf);
+        if (ret == PPR_RECV_EOF)
+            break;
+        CHECK(ret >= 0, "receive (errors): %s", ppr_strerror(ret));
+        if (ret != PPR_RECV_FRAME)
+            continue;
+        if (ntaken == 0) {
+            /* planes of the wrong size: refused, and the frame released */
+            ppr_frame *f = ppr_take_frame(s);
+            ppr_planes out = sf.layout;
+            CHECK(f, "take frame (errors): %s", ppr_last_error(s));
+            out.plane[0].height++;
+            if (alloc_planes(&out, 0) < 0)
+                return failures + 1;
+            ret = ppr_frame_download(f, &out);
+            CHECK(ret == PPR_EINVAL && ppr_last_error(NULL)[0],
+                  "download into a plane of the wrong size: %s", ppr_strerror(ret));
+            out.plane[0].height--;
+            ret = ppr_frame_download(f, &out);
+            CHECK(ret == PPR_EINVAL, "download after a failed download: %s", ppr_strerror(ret));
+            free_planes(&out);
+            ppr_frame_free(f);
+        } else if (ntaken == 1) {
+            ppr_frame_free(ppr_take_frame(s));      /* never downloaded */
+        } else {
+            ppr_planes out = sf.layout;
+            out.count--;
+            ret = ppr_download_frame(s, &out);
+            CHECK(ret == PPR_EINVAL, "download into too few planes: %s", ppr_strerror(ret));
+            CHECK(ppr_take_frame(s) == NULL, "took a frame after its download");
+        }
+        ntaken++;
+    }
+    CHECK(ntaken == (n < 3 ? n : 3), "errors: took %d frames", ntaken);
+    ppr_stream_reset(s);                                /* frames maybe in flight */
+    CHECK(ppr_take_frame(s) == NULL, "took a frame after a reset");
+    for (int i = 0; i < n; i++)
+        ppr_packet_free(pk[i]);
+    CHECK(ppr_frames_live() == live0 + (late_frame ? 1 : 0), "frames live after the checks: %d",
+          ppr_frames_live());
+    for (int i = 0; i < n; i++)
+        free_planes(&want[i]);
+    return failures;
 }
 
 int main(int argc, char **argv)
@@ -226,6 +475,18 @@ int main(int argc, char **argv)
             ppr_stream_reset(s2);
         }
     }
+    /* prepared packets, taken frames: against software decodes */
+    if (!flags) {
+        ppr_session *ref = s;
+        if (strcmp(ppr_backend(s), "software")) {
+            ret = ppr_open(&ref, "software", NULL, 0);
+            CHECK(ret == 0, "software reference session: %s", ppr_strerror(ret));
+        }
+        if (ref)
+            failures += prepared_and_taken(s2, ref, data, size, tag);
+        if (ref != s)
+            ppr_close(ref);
+    }
     printf("packets: %d, failures: %d, validation messages: %d\n", packets, failures,
            ppr_validation_messages(s));
     ppr_close(s);
@@ -233,6 +494,21 @@ int main(int argc, char **argv)
     CHECK(!strcmp(ppr_backend(s2), "vulkan") ? ppr_device_sessions(s2) == 1 : 1,
           "device sessions after close: %d", ppr_device_sessions(s2));
     ppr_close(s2);
+    s = NULL;
+    if (late_frame) {
+        /* downloaded after its session (and, on vulkan, the device's last
+         * session) closed */
+        ppr_planes out = late_want;
+        if (alloc_planes(&out, 0) < 0)
+            return 1;
+        ret = ppr_frame_download(late_frame, &out);
+        CHECK(ret == 0 && same_planes(&late_want, &out), "frame downloaded after close: %s %s",
+              ppr_strerror(ret), ret ? ppr_last_error(NULL) : "differs from the reference");
+        free_planes(&out);
+        ppr_frame_free(late_frame);
+        free_planes(&late_want);
+    }
+    CHECK(ppr_frames_live() == 0, "frames live at exit: %d", ppr_frames_live());
     free(data);
     return failures ? 1 : 0;
 }
