@@ -21,6 +21,8 @@
 #include <libavutil/opt.h>
 #include <libavutil/pixdesc.h>
 
+#include "read_packets.h"
+
 static double now(void)
 {
     struct timespec ts;
@@ -104,7 +106,7 @@ int main(int argc, char **argv)
     AVDictionary *dev_opts = NULL;
     const char *opt_str = "";
     AVFormatContext *fmt = NULL;
-    AVPacket **pkts = NULL, *pkt;
+    AVPacket **pkts = NULL;
     AVBufferRef *device = NULL;
     const AVCodec *codec;
     Bench b = { 0 };
@@ -140,34 +142,8 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    if ((ret = avformat_open_input(&fmt, path, NULL, NULL)) < 0 ||
-        (ret = avformat_find_stream_info(fmt, NULL)) < 0 ||
-        (ret = av_find_best_stream(fmt, AVMEDIA_TYPE_VIDEO, -1, -1, &codec, 0)) < 0) {
-        fprintf(stderr, "%s: %s\n", path, av_err2str(ret));
+    if ((nb_pkts = read_packets(path, &fmt, &stream, &codec, &pkts)) < 0)
         return 1;
-    }
-    stream = ret;
-
-    pkt = av_packet_alloc();
-    while (pkt && av_read_frame(fmt, pkt) >= 0) {
-        if (pkt->stream_index == stream) {
-            AVPacket **tmp = av_realloc_array(pkts, nb_pkts + 1, sizeof(*pkts));
-            if (!tmp)
-                return 1;
-            pkts = tmp;
-            /* a NULL here would later be sent as the end of the stream */
-            if (!(pkts[nb_pkts++] = av_packet_clone(pkt))) {
-                fprintf(stderr, "out of memory reading %s\n", path);
-                return 1;
-            }
-        }
-        av_packet_unref(pkt);
-    }
-    av_packet_free(&pkt);
-    if (!nb_pkts) {
-        fprintf(stderr, "%s: no video packets\n", path);
-        return 1;
-    }
 
     t0 = now();
     if (strcmp(hw, "none")) {

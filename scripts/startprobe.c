@@ -45,6 +45,9 @@
 #include <libavutil/hwcontext_vulkan.h>
 #include <libavutil/pixdesc.h>
 
+#include "read_packets.h"
+#include "since_exec.h"
+
 static double t_main;
 
 static double now(void)
@@ -52,32 +55,6 @@ static double now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9 - t_main;
-}
-
-/* Seconds from exec to now, from the start time in /proc/self/stat (clock ticks). */
-static double since_exec(void)
-{
-    char buf[1024], *p;
-    unsigned long long start = 0;
-    struct timespec ts;
-    FILE *f = fopen("/proc/self/stat", "r");
-    if (!f)
-        return -1;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    if (!(p = strrchr(buf, ')')))
-        return -1;
-    p++;
-    for (int field = 3; field <= 22 && p; field++) {
-        while (*p == ' ')
-            p++;
-        if (field == 22)
-            start = strtoull(p, NULL, 10);
-        p = strchr(p, ' ');
-    }
-    clock_gettime(CLOCK_BOOTTIME, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9 - (double)start / sysconf(_SC_CLK_TCK);
 }
 
 static void json_str(FILE *f, const char *s)
@@ -216,7 +193,7 @@ static enum AVPixelFormat want_vulkan(AVCodecContext *avctx, const enum AVPixelF
 static int ffmpeg_mode(const char *dev, AVDictionary *opts, const char *path, int threads, int frames_wanted)
 {
     AVFormatContext *fmt = NULL;
-    AVPacket **pkts = NULL, *pkt;
+    AVPacket **pkts = NULL;
     AVBufferRef *device = NULL;
     AVCodecContext *dec = NULL;
     AVFrame *frame = av_frame_alloc();
@@ -233,25 +210,8 @@ static int ffmpeg_mode(const char *dev, AVDictionary *opts, const char *path, in
 
     if (path) {
         t[T_DEMUX0] = now();
-        if ((ret = avformat_open_input(&fmt, path, NULL, NULL)) < 0 ||
-            (ret = avformat_find_stream_info(fmt, NULL)) < 0 ||
-            (ret = av_find_best_stream(fmt, AVMEDIA_TYPE_VIDEO, -1, -1, &codec, 0)) < 0) {
-            fprintf(stderr, "%s: %s\n", path, av_err2str(ret));
+        if ((nb_pkts = read_packets(path, &fmt, &stream, &codec, &pkts)) < 0)
             return 1;
-        }
-        stream = ret;
-        pkt = av_packet_alloc();
-        while (pkt && av_read_frame(fmt, pkt) >= 0) {
-            if (pkt->stream_index == stream) {
-                AVPacket **tmp = av_realloc_array(pkts, nb_pkts + 1, sizeof(*pkts));
-                if (!tmp || !(tmp[nb_pkts] = av_packet_clone(pkt)))
-                    return 1;
-                pkts = tmp;
-                nb_pkts++;
-            }
-            av_packet_unref(pkt);
-        }
-        av_packet_free(&pkt);
         t[T_DEMUX1] = now();
         mark("demuxed: %d packets", nb_pkts);
     }

@@ -44,6 +44,8 @@
 
 #include <vulkan/vulkan.h>
 
+#include "since_exec.h"
+
 #define EXPORT __attribute__((visibility("default")))
 #define DK(h) ((h) ? *(void **)(h) : NULL)     /* dispatch key of a dispatchable handle */
 #define AC const VkAllocationCallbacks *
@@ -334,38 +336,6 @@ EXPORT VKAPI_ATTR PFN_vkVoidFunction VKAPI_CALL vkGetDeviceProcAddr(VkDevice dev
 }
 
 /* ------------------------------------------------------------------ loading and the report */
-static double boottime_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_BOOTTIME, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* Seconds from the process's start (/proc/self/stat, clock ticks) to now: +-10 ms. */
-static double since_exec_s(void)
-{
-    char buf[1024], *p;
-    unsigned long long start = 0;
-    FILE *f = fopen("/proc/self/stat", "r");
-    if (!f)
-        return -1;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    if (!(p = strrchr(buf, ')')))
-        return -1;
-    /* after "pid (comm)": field 3 onwards; starttime is field 22 */
-    p++;
-    for (int field = 3; field <= 22 && p; field++) {
-        while (*p == ' ')
-            p++;
-        if (field == 22)
-            start = strtoull(p, NULL, 10);
-        p = strchr(p, ' ');
-    }
-    return boottime_s() - (double)start / sysconf(_SC_CLK_TCK);
-}
-
 static int self_path(char *out, size_t size)
 {
     Dl_info info;
@@ -384,7 +354,7 @@ __attribute__((constructor)) static void vktime_init(void)
     const char *env = getenv("VKTIME_LOADER"), *s;
     char self[PATH_MAX], real[PATH_MAX];
     t_load = now_ns();
-    exec_to_load_s = since_exec_s();
+    exec_to_load_s = since_exec();
     if ((s = getenv("VKTIME_T0")) && strtoull(s, NULL, 10) && strtoull(s, NULL, 10) <= t_load) {
         load_at_s = (t_load - strtoull(s, NULL, 10)) * 1e-9;
         t_load = strtoull(s, NULL, 10);
