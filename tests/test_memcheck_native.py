@@ -21,13 +21,7 @@ from conftest import REPO_ROOT, ffmpeg_dir_path
 BUILD_9 = REPO_ROOT / "build" / "ffmpeg-9.0.2"
 
 
-def _builds() -> list:
-    out = [pytest.param(None, id="7.1.5")]
-    out.append(pytest.param(BUILD_9, id="9.0.2"))
-    return out
-
-
-@pytest.mark.parametrize("build", _builds())
+@pytest.mark.parametrize("build", [pytest.param(None, id="7.1.5"), pytest.param(BUILD_9, id="9.0.2")])
 def test_csrc_under_asan(build: Path | None) -> None:
     if shutil.which("gcc") is None:
         pytest.skip("no gcc")
