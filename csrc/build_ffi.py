@@ -34,7 +34,7 @@ from cffi import FFI
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 HEADER = os.path.join(HERE, "pyprores.h")
-SOURCES = ["pyprores.c", "prores_headers.c"]
+SOURCES = ["pyprores.c", "prores_headers.c", "hostdl.c"]
 
 
 def ffmpeg_dir() -> str:

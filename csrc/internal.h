@@ -27,4 +27,16 @@ char *ppr__thread_error(void);
 /* Install the FFmpeg log callback (once). */
 void ppr__ensure_init(void);
 
+/* hostdl.c: a host buffer on `device` (an AVBufferRef of a Vulkan
+ * AVHWDeviceContext; the buffer takes a reference); release(release_opaque)
+ * runs when the buffer is freed, or before an error returns. */
+struct AVBufferRef;
+struct AVFrame;
+int ppr__host_buffer_create(ppr_host_buffer **out, struct AVBufferRef *device, size_t size,
+                            void (*release)(void *), void *release_opaque);
+
+/* hostdl.c: submit the copy of `frame` (a Vulkan frame) into b at out's
+ * planes; on success the frame's reference moves into b. */
+int ppr__host_download_start(ppr_host_buffer *b, struct AVFrame *frame, const ppr_planes *out);
+
 #endif

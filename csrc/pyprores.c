@@ -38,6 +38,7 @@ typedef struct shared_device {
     char key[PPR_MSG_SIZE];         /* validation flag and device string */
     AVBufferRef *ref;               /* the cache's own reference */
     int users;                      /* sessions holding it */
+    int holds;                      /* host buffers holding it (ppr_host_buffer_new) */
     int validation_dropped;         /* created without the layer that was asked for */
     char note[PPR_MSG_SIZE];        /* why, for ppr_session_note(); "" when nothing to say */
     struct shared_device *next;
@@ -477,15 +478,20 @@ static void vulkan_device_name(ppr_session *s)
         snprintf(s->device_name, sizeof(s->device_name), "%s", props.deviceName);
 }
 
-/* Drop a session's use of a shared device; the last one destroys it (its log
- * lines still reach the closing session through tls_session). */
-static void device_release(shared_device *d)
+/* Drop a session's use of a shared device (or a host buffer's, `hold`); the
+ * last one destroys it (its log lines still reach the closing session through
+ * tls_session). */
+static void device_drop(shared_device *d, int hold)
 {
     int last = 0;
     if (!d)
         return;
     pthread_mutex_lock(&g_lock);
-    if (!--d->users) {
+    if (hold)
+        d->holds--;
+    else
+        d->users--;
+    if (!d->users && !d->holds) {
         shared_device **pp;
         for (pp = &g_devices; *pp; pp = &(*pp)->next)
             if (*pp == d) {
@@ -499,6 +505,11 @@ static void device_release(shared_device *d)
         av_buffer_unref(&d->ref);
         free(d);
     }
+}
+
+static void device_release(shared_device *d)
+{
+    device_drop(d, 0);
 }
 
 /* FFmpeg 9's hwcontext_vulkan downloads and uploads with VK_EXT_host_image_copy
@@ -1871,6 +1882,72 @@ int ppr_download_frame(ppr_session *s, ppr_planes *out)
     av_frame_unref(s->swframe);
     s->st_have = 0;
     return leave(ret);
+}
+
+static void host_buffer_release(void *opaque)
+{
+    device_drop(opaque, 1);
+}
+
+ppr_host_buffer *ppr_host_buffer_new(ppr_session *s, size_t size)
+{
+    ppr_host_buffer *b = NULL;
+    int ret;
+
+    enter(s);
+    if (!s) {
+        ppr__fail(PPR_EINVAL, "session is NULL");
+    } else if (s->backend != BACKEND_VULKAN || !s->hw_device || !s->dev) {
+        sfail(s, PPR_EINVAL, "host buffers need a Vulkan session");
+    } else if (!size || size > ((size_t)1 << 40)) {
+        sfail(s, PPR_EINVAL, "a host buffer of %zu bytes", size);
+    } else {
+        /* the buffer counts as a user of the shared device, so that sessions
+         * opened while it lives share that device rather than add one */
+        pthread_mutex_lock(&g_lock);
+        s->dev->holds++;
+        pthread_mutex_unlock(&g_lock);
+        ret = ppr__host_buffer_create(&b, s->hw_device, size, host_buffer_release, s->dev);
+        if (ret < 0)
+            snprintf(s->err, sizeof(s->err), "%s", tls_err);
+    }
+    leave(0);
+    return b;
+}
+
+int ppr_download_start(ppr_session *s, ppr_host_buffer *b, ppr_planes *out)
+{
+    int i, ret;
+
+    enter(s);
+    if (!s || !b || !out)
+        return leave(ppr__fail(PPR_EINVAL, "session, host buffer or planes is NULL"));
+    if (!s->stream || !s->st_have)
+        return leave(sfail(s, PPR_EINVAL, "no frame received: call ppr_receive_frame first"));
+    if (s->backend != BACKEND_VULKAN)
+        return leave(sfail(s, PPR_EINVAL, "host buffers take Vulkan frames: use "
+                           "ppr_download_frame for a software session"));
+    if (out->count != s->st_layout.count)
+        return leave(sfail(s, PPR_EINVAL, "the frame has %d planes, got %d",
+                           s->st_layout.count, out->count));
+    for (i = 0; i < out->count; i++)
+        if (out->plane[i].width != s->st_layout.plane[i].width ||
+            out->plane[i].height != s->st_layout.plane[i].height)
+            return leave(sfail(s, PPR_EINVAL, "plane %d: the frame's plane is %dx%d, got %dx%d", i,
+                               s->st_layout.plane[i].width, s->st_layout.plane[i].height,
+                               out->plane[i].width, out->plane[i].height));
+    ret = ppr__host_download_start(b, s->frame, out);
+    if (ret < 0) {
+        snprintf(s->err, sizeof(s->err), "%s", tls_err);
+        return leave(ret);
+    }
+    out->corrupt = s->st_layout.corrupt;
+    out->error_flags = s->st_layout.error_flags;
+    out->concealed = s->st_layout.concealed;
+    av_frame_unref(s->frame);   /* moved into the buffer already */
+    av_frame_unref(s->swframe);
+    s->st_have = 0;
+    return leave(0);
 }
 
 static int g_frames_live;   /* ppr_frame handles not freed (__atomic) */

@@ -431,6 +431,50 @@ void ppr_frame_free(ppr_frame *frame);
 /* ppr_frame handles taken and not freed, in the whole process (for tests). */
 int ppr_frames_live(void);
 
+/* Host memory the GPU writes into (vulkan sessions): a download into a host
+ * buffer is a copy on the GPU (no copy on the host), and it runs while the
+ * caller goes on. The memory is allocated from the session's device
+ * (host-visible, host-cached where the driver offers it) and mapped for the
+ * buffer's whole life, at ppr_host_buffer_data(); the caller lays the planes
+ * out inside it. A buffer keeps its device alive and may outlive its session;
+ * ppr_host_buffer_wait and ppr_host_buffer_free may run on any thread.
+ *
+ *     b = ppr_host_buffer_new(s, bytes);        // once, reused frame after frame
+ *     ppr_receive_frame(s, &f);                  // plane i at data + offset_i
+ *     ppr_download_start(s, b, &planes);         // submitted; the session goes on
+ *     ...                                        // send and receive more frames
+ *     ppr_host_buffer_wait(b);                   // the planes hold the frame now
+ */
+typedef struct ppr_host_buffer ppr_host_buffer;
+
+/* A host buffer of `size` bytes on the session's device; NULL on an error
+ * (ppr_last_error(session)). */
+ppr_host_buffer *ppr_host_buffer_new(ppr_session *session, size_t size);
+
+/* Its memory and size. NULL-safe (NULL, 0). */
+void *ppr_host_buffer_data(ppr_host_buffer *buffer);
+size_t ppr_host_buffer_size(const ppr_host_buffer *buffer);
+
+/* Start copying the frame ppr_receive_frame() received into buffer, at the
+ * planes of out (each plane's data inside the buffer on a 4-byte boundary,
+ * its width and height those of the frame's layout, stride >= width * 2 and
+ * even). The session lets go of the frame (the buffer holds it until the copy
+ * ends); out's corrupt/error_flags/concealed are set. One copy at a time per
+ * buffer: PPR_EINVAL while one is pending. PPR_EINVAL for a frame that is
+ * not a Vulkan one (a software session): use ppr_download_frame then. */
+int ppr_download_start(ppr_session *session, ppr_host_buffer *buffer, ppr_planes *out);
+
+/* Wait until the buffer's copy (if any) is done: 0, then the planes hold the
+ * frame; or an error (PPR_ENODEVICE: the device was lost; the planes are
+ * undefined). The message: ppr_last_error(NULL) on the calling thread. */
+int ppr_host_buffer_wait(ppr_host_buffer *buffer);
+
+/* Wait for a copy in progress, then free the buffer. NULL-safe. */
+void ppr_host_buffer_free(ppr_host_buffer *buffer);
+
+/* Host buffers not freed, in the whole process (for tests). */
+int ppr_host_buffers_live(void);
+
 /* Drop every frame in flight and close the streaming decoder (its threads end).
  * The session stays open. NULL-safe. */
 void ppr_stream_reset(ppr_session *session);

@@ -6,14 +6,15 @@
             print(frame.index, frame.pts, frame.field_order, frame.pix_fmt)
 
 Several frames are in flight at once: the Vulkan backend decodes with
-``max_in_flight`` FFmpeg frame threads (that many frames decode on the GPU
-while an earlier one is downloaded into numpy, on the caller's thread or,
-with ``download_thread=True``, on a thread of its own), the software
-backend with its slice threads, one frame at a time. Memory stays bounded by
-``max_in_flight`` decoded frames, 2 handed to the download thread and the
-one being handed out, and ``prefetch`` packets read and copied ahead by a
-thread of its own (the source is iterated there), so that the packet copy
-FFmpeg needs is off the decoding thread.
+``max_in_flight`` FFmpeg frame threads (that many frames decode on the GPU)
+while the GPU copies earlier ones straight into the memory the numpy planes
+live in (``gpu_download``: mapped host memory of the device's, no copy on the
+host, up to 2 copies in flight), the software backend with its slice
+threads, one frame at a time. Memory stays bounded by ``max_in_flight``
+decoded frames, 2 being copied and the one being handed out, and
+``prefetch`` packets read and copied ahead by a thread of its own (the
+source is iterated there), so that the packet copy FFmpeg needs is off the
+decoding thread.
 
 Leaving the ``with`` block, :meth:`StreamDecoder.close`, breaking out of the
 loop and then closing, an exception in the loop body (``KeyboardInterrupt``
@@ -36,7 +37,7 @@ from typing import Any, Generator, Iterable, Iterator, Union
 import numpy as np
 
 from . import native
-from .errors import DecodeError
+from .errors import DecodeError, DeviceError
 from .model import PLANE_NAMES, Frame
 
 __all__ = ["DecodedFrame", "StreamDecoder", "open_decoder"]
@@ -47,8 +48,9 @@ PacketSource = Iterable[Union[Packet, "tuple[Packet, int | None]"]]
 _NOPTS = -0x8000000000000000   # AV_NOPTS_VALUE
 
 
-_DEPTH = 2   # frames handed to the download thread and not yet delivered
+_DEPTH = 2   # frames being downloaded (GPU copies or the thread) and not yet delivered
 _SPARE = 3 + _DEPTH   # sets of planes kept for reuse
+_ALIGN = 4096   # plane offsets in a host buffer (a copy needs 4; a page is tidy)
 
 
 def _refcounts(arrays: dict[str, np.ndarray]) -> list[int]:
@@ -158,6 +160,60 @@ class _Download:
         self.done = threading.Event()
 
 
+class _GpuCopy:
+    """One frame the GPU is copying into a host buffer (``ppr_download_start``);
+    ``frame`` is delivered once :meth:`wait` returns."""
+
+    __slots__ = ("frame", "host", "error")
+
+    def __init__(self, frame: "DecodedFrame", host: "_HostPlanes") -> None:
+        self.frame, self.host = frame, host
+        self.error: BaseException | None = None
+
+    def wait(self) -> None:
+        rc = native.lib.ppr_host_buffer_wait(self.host.handle)   # the GIL released
+        self.host = None
+        if rc < 0:
+            try:   # the message is this thread's (ppr_last_error(NULL))
+                native._raise(rc)
+            except BaseException as e:
+                self.error = e
+
+
+class _HostPlanes:
+    """A set of planes in one host buffer of the session's device
+    (``ppr_host_buffer``), which the GPU writes into. The arrays keep the
+    buffer alive: it is freed (after any copy into it ends) once neither this
+    object nor any array or view of its planes is left."""
+
+    def __init__(self, session_ptr: Any, shapes: dict[str, tuple[int, int]]) -> None:
+        L, ffi = native.lib, native.ffi
+        offsets, size = {}, 0
+        for name, (h, w) in shapes.items():
+            offsets[name] = size
+            size += -(-(h * w * 2) // _ALIGN) * _ALIGN
+        handle = L.ppr_host_buffer_new(session_ptr, size)
+        if handle == ffi.NULL:
+            native._raise(L.PPR_ENOMEM if "memory" in
+                          ffi.string(L.ppr_last_error(session_ptr)).decode(errors="replace")
+                          else L.PPR_ENODEVICE, session_ptr)
+        self.handle = handle
+        # the arrays' base: a cffi buffer over a pointer whose collection frees the buffer
+        owner = ffi.gc(ffi.cast("uint8_t *", L.ppr_host_buffer_data(handle)),
+                       lambda _p, h=handle: L.ppr_host_buffer_free(h), size=size)
+        whole = np.frombuffer(ffi.buffer(owner, size), dtype=np.uint8)
+        self.arrays = {name: whole[off:off + h * w * 2].view(np.uint16).reshape(h, w)
+                       for (name, (h, w)), off in zip(shapes.items(), offsets.values())}
+        self.shapes = shapes
+        self.planes = ffi.new("ppr_planes *")
+        self.planes.count = len(shapes)
+        base = int(ffi.cast("uintptr_t", owner))
+        for i, (name, (h, w)) in enumerate(shapes.items()):
+            p = self.planes.plane[i]
+            p.data = ffi.cast("uint16_t *", base + offsets[name])
+            p.width, p.height, p.stride = w, h, w * 2
+
+
 class _Downloader:
     """The one thread that downloads received frames (``ppr_frame_download``,
     the GIL released) in the order they were handed over, while the caller's
@@ -255,14 +311,22 @@ class StreamDecoder:
     the caller's thread decodes and downloads, so that only ready packets
     are handed to the decoder; at most ``prefetch`` + 1 packets wait. Give 0
     for a source that must be iterated on the caller's thread.
-    ``download_thread``: False (the default) downloads on the caller's thread;
-    True, with ``reuse_buffers=False``, has a thread of the decoder's own
-    download each frame into its planes while the caller's thread sends and
-    receives the next ones (at most 2 frames wait there). On an H100 the
-    thread made 4K 4444 XQ 8% faster but 4K 422 HQ 16% and 1080p 4444 7%
-    slower (docs/BENCHMARKS.md), hence off by default. ``reuse_buffers`` True
-    or a dict always downloads on the caller's thread (one set of arrays,
-    which the caller may still be reading).
+    ``gpu_download`` (Vulkan): the GPU copies each frame straight into host
+    memory of the device's own that the frame's numpy planes are views of
+    (mapped for their lifetime; no copy on the host), while the caller's
+    thread sends and receives the next frames (at most 2 copies in flight).
+    None (the default) uses it unless ``reuse_buffers`` is the caller's own
+    arrays, and falls back to hwcontext_vulkan's download (below) when the
+    device gives no such memory; True insists; False downloads with
+    ``av_hwframe_transfer_data`` into ordinary numpy arrays.
+    ``download_thread`` (that download only): False (the default) downloads
+    on the caller's thread; True, with ``reuse_buffers=False``, has a thread
+    of the decoder's own download each frame into its planes while the
+    caller's thread sends and receives the next ones (at most 2 frames wait
+    there). ``reuse_buffers`` True or a dict always downloads on the caller's
+    thread (one set of arrays, which the caller may still be reading).
+    ``download_thread=True`` means ``gpu_download=False``.
+    :attr:`download` says which path is in use.
 
     Errors: :class:`pyprores.NotProResError` (no ProRes stream),
     :class:`pyprores.DecodeError` (a damaged or truncated file: the frames
@@ -273,7 +337,8 @@ class StreamDecoder:
                  device: str | int | None = None, threads: int = 0, max_in_flight: int = 4,
                  *, reuse_buffers: bool | dict[str, np.ndarray] = False,
                  codec_tag: native.CodecTag | None = None, err_detect: bool = True,
-                 prefetch: int = 2, download_thread: bool = False) -> None:
+                 prefetch: int = 2, download_thread: bool = False,
+                 gpu_download: bool | None = None) -> None:
         if int(max_in_flight) < 1:
             raise ValueError(f"max_in_flight must be >= 1, not {max_in_flight}")
         if int(prefetch) < 0:
@@ -282,6 +347,19 @@ class StreamDecoder:
         # one set of arrays (reuse_buffers True or the caller's) is the
         # caller's while it holds the frame: download synchronously then
         self.download_thread = bool(download_thread) and reuse_buffers is False
+        if gpu_download and (backend != "vulkan" or isinstance(reuse_buffers, dict) or
+                             download_thread):
+            raise ValueError("gpu_download needs the vulkan backend and arrays of the "
+                             "decoder's own (not reuse_buffers=dict), without download_thread")
+        # the download thread is for hwcontext_vulkan's download: asking for it says so
+        self._gpu: bool | None = (None if gpu_download is None else bool(gpu_download)) \
+            if backend == "vulkan" and not isinstance(reuse_buffers, dict) and \
+            not self.download_thread else False
+        #: how frames reach numpy: "gpu" (GPU copies into host buffers),
+        #: "hwcontext" (av_hwframe_transfer_data), "thread" (the same on the
+        #: download thread) or "software"; settled by the first frame
+        self.download = "software" if backend != "vulkan" else \
+            "gpu" if self._gpu is not False else "thread" if self.download_thread else "hwcontext"
         self.backend = backend
         self.max_in_flight = int(max_in_flight)
         self._source: Any = None
@@ -293,7 +371,7 @@ class StreamDecoder:
         # reuse_buffers=False: planes of earlier frames that nobody holds any
         # more are written again rather than allocated anew (fresh pages cost
         # a page fault each: a third of the time per 4K frame on a GPU)
-        self._spare: list[dict[str, np.ndarray]] = []
+        self._spare: list[Any] = []   # dicts of arrays, or _HostPlanes
         self.time_base: Fraction | None = None
         self.path: str | None = None
         if isinstance(source, (str, os.PathLike)):
@@ -335,11 +413,11 @@ class StreamDecoder:
         L = native.lib
         ptr = self._session._live()
         pending: deque[_Download] = deque()
-        self._downloader = _Downloader() if self.download_thread else None
+        self._downloader = _Downloader() if self.download_thread and not self._gpu else None
         depth = _DEPTH
         inner = self._decode(ptr)
         try:
-            if self._downloader is None:
+            if self._downloader is None and self._gpu is False:
                 yield from inner
                 return
             while True:
@@ -352,6 +430,12 @@ class StreamDecoder:
                     while pending:
                         yield self._finish(pending.popleft())
                     raise
+                if isinstance(job, DecodedFrame):   # downloaded on this thread
+                    while pending:
+                        yield self._finish(pending.popleft())
+                    yield job
+                    job = None
+                    continue
                 pending.append(job)
                 job = None
                 while len(pending) > depth:
@@ -368,9 +452,12 @@ class StreamDecoder:
             if self._session is not None and self._session._ptr is not None:
                 L.ppr_stream_reset(self._session._ptr)
 
-    def _finish(self, job: _Download) -> DecodedFrame:
+    def _finish(self, job: _Download | _GpuCopy) -> DecodedFrame:
         """Wait for ``job``'s download; its frame, or its error."""
-        job.done.wait()
+        if isinstance(job, _GpuCopy):
+            job.wait()
+        else:
+            job.done.wait()
         frame, job.frame = job.frame, None
         if job.error is not None:
             error, job.error = job.error, None
@@ -477,8 +564,7 @@ class StreamDecoder:
                 return
             if rc < 0:
                 self._fail(rc, ptr, self._count)
-            yield self._download(ptr, c_frame) if self._downloader is None \
-                else self._hand_over(ptr, c_frame)
+            yield self._deliver(ptr, c_frame)
             if first_only:
                 return
 
@@ -499,19 +585,20 @@ class StreamDecoder:
             if got != shapes:
                 raise ValueError(f"the caller's buffers have planes {got}, the frame needs {shapes}")
             return self._reuse
-        if self._reuse and self._buffers is not None and \
+        if self._reuse and isinstance(self._buffers, dict) and \
                 {k: v.shape for k, v in self._buffers.items()} == shapes:
             return self._buffers
         if not self._reuse:
             for arrays in self._spare:
-                if _unheld(arrays) and {k: v.shape for k, v in arrays.items()} == shapes:
+                if isinstance(arrays, dict) and _unheld(arrays) and {k: v.shape for k, v in arrays.items()} == shapes:
                     return arrays
         arrays = {k: np.empty(s, np.uint16) for k, s in shapes.items()}
         if self._reuse:
             self._buffers = arrays
         else:
             # the newest sets: an old one still held is likely kept for good
-            self._spare = ([a for a in self._spare if not _unheld(a)] + [arrays])[-_SPARE:]
+            self._spare = ([a for a in self._spare if isinstance(a, dict) and not _unheld(a)]
+                           + [arrays])[-_SPARE:]
         return arrays
 
     def _planes(self, layout: Any, arrays: dict[str, np.ndarray]) -> tuple[Any, list]:
@@ -538,6 +625,51 @@ class StreamDecoder:
             p.data = cbuf
             p.stride = arr.strides[0]
         return planes, keep
+
+    def _deliver(self, ptr: Any, c_frame: Any) -> DecodedFrame | _Download | _GpuCopy:
+        """The received frame: a GPU copy started, a job for the download
+        thread, or a frame downloaded on this thread."""
+        if self._gpu is not False:
+            try:
+                host = self._host_planes(ptr, c_frame.layout)
+            except DeviceError:
+                if self._gpu:
+                    raise
+                self._gpu = False   # automatic: this device has no memory for it
+                self.download = "hwcontext"
+            else:
+                self._gpu = True
+                return self._start_copy(ptr, c_frame, host)
+        if self._downloader is not None:
+            return self._hand_over(ptr, c_frame)
+        return self._download(ptr, c_frame)
+
+    def _host_planes(self, ptr: Any, layout: Any) -> _HostPlanes:
+        """A set of host-buffer planes for ``layout``: the reused one, or a
+        spare one nothing holds any more, or a new one."""
+        shapes = {PLANE_NAMES[i]: (layout.plane[i].height, layout.plane[i].width)
+                  for i in range(layout.count)}
+        if self._reuse:
+            if self._buffers is None or self._buffers.shapes != shapes:
+                self._buffers = None   # the old buffer goes with its last array
+                self._buffers = _HostPlanes(ptr, shapes)
+            return self._buffers
+        for host in self._spare:
+            if isinstance(host, _HostPlanes) and host.shapes == shapes and _unheld(host.arrays):
+                return host
+        host = _HostPlanes(ptr, shapes)
+        self._spare = ([h for h in self._spare if not _unheld(h.arrays if isinstance(h, _HostPlanes)
+                                                               else h)] + [host])[-_SPARE:]
+        return host
+
+    def _start_copy(self, ptr: Any, c_frame: Any, host: _HostPlanes) -> DecodedFrame | _GpuCopy:
+        rc = native.lib.ppr_download_start(ptr, host.handle, host.planes)
+        if rc < 0:
+            self._fail(rc, ptr, self._count)
+        job = _GpuCopy(self._frame(c_frame, host.arrays), host)
+        if self._reuse:   # one set of planes: the caller gets it once written
+            return self._finish(job)
+        return job
 
     def _download(self, ptr: Any, c_frame: Any) -> DecodedFrame:
         arrays = self._arrays(c_frame.layout)
@@ -593,6 +725,8 @@ class StreamDecoder:
         gen, self._gen = self._gen, None
         if gen is not None:
             gen.close()
+        # host buffers nobody holds go now (one still in a frame lives on with it)
+        self._spare, self._buffers = [], None
         if self._session is not None:
             self._session.close()
             self._session = None

@@ -9,11 +9,13 @@ is a NotProResError; a size change mid-stream gives correct frames.
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import time
 import weakref
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
@@ -82,11 +84,15 @@ def test_frames_equal_the_software_decoder(paths, backend, name):
     assert (got[0].width, got[0].height) == (SPECS[name].width, SPECS[name].height)
 
 
-@pytest.mark.parametrize("download_thread", [True, False])
+DOWNLOADS = {"gpu": {}, "hwcontext": {"gpu_download": False},
+             "thread": {"download_thread": True}}
+
+
+@pytest.mark.parametrize("download", list(DOWNLOADS))
 @pytest.mark.parametrize("in_flight", [1, 2, 3, 4, 8])
-def test_frames_in_flight(paths, in_flight, download_thread):
+def test_frames_in_flight(paths, in_flight, download):
     """Frames come out in order, each with its own packet's pts, whatever the
-    frames in flight, with and without the download thread."""
+    frames in flight, whichever way they are downloaded."""
     if not HAS_VK:
         pytest.skip("this FFmpeg build has no prores_vulkan hwaccel")
     want = reference(paths["hq422"])
@@ -94,8 +100,9 @@ def test_frames_in_flight(paths, in_flight, download_thread):
         packets = list(src.packets())
     source = [(p, 1000 + 7 * n) for n, p in enumerate(packets * 2)]
     with pyprores.open_decoder(source, backend="vulkan", max_in_flight=in_flight,
-                               codec_tag="apch", download_thread=download_thread) as dec:
+                               codec_tag="apch", **DOWNLOADS[download]) as dec:
         got = list(dec)
+        assert dec.download == download
     assert len(got) == 2 * FRAMES
     assert [g.index for g in got] == list(range(2 * FRAMES))
     assert [g.pts for g in got] == [1000 + 7 * n for n in range(2 * FRAMES)]
@@ -418,3 +425,146 @@ def test_download_thread_early_exit_and_error(paths, backend, monkeypatch):
         assert_same(g, w)
     assert not download_threads() and native.lib.ppr_frames_live() == 0
     keep.close()
+
+
+def host_buffers() -> int:
+    gc.collect()
+    return native.lib.ppr_host_buffers_live()
+
+
+@pytest.mark.skipif(not HAS_VK, reason="this FFmpeg build has no prores_vulkan hwaccel")
+def test_gpu_download_buffers_live_as_long_as_their_planes(tmp_path):
+    """With gpu_download (the Vulkan default) a frame's planes are views of
+    a host buffer the GPU wrote: a kept frame keeps its buffer and samples
+    after the decoder closed, dropped frames' buffers are written again,
+    and none is left once nothing holds them, early exit included."""
+    path = clips.generate(clips.ClipSpec(**{**SPECS["4444alpha"].__dict__, "frames": 12}), tmp_path)
+    want = reference(path)
+    base = host_buffers()
+    held, most = [], 0
+    with pyprores.open_decoder(path, backend="vulkan", max_in_flight=4) as dec:
+        for n, frame in enumerate(dec):
+            assert dec.download == "gpu"
+            assert_same(frame, want[n], f"frame {n}")
+            if n in (0, 5):
+                held.append(frame)
+            del frame
+            most = max(most, native.lib.ppr_host_buffers_live() - base)
+    # 2 held + at most 2 copies in flight + the frame handed out + spares
+    assert most <= stream._SPARE + 2, most
+    assert host_buffers() - base == 2            # the spare ones went with the decoder
+    for f in held:
+        assert_same(f, want[f.index], f"kept frame {f.index}")
+        assert f.planes["A"].base is not None    # a view of the host buffer
+    view = held[1].planes["Y"][3:, 1:]
+    del held, f
+    assert host_buffers() - base == 1            # the view holds its buffer
+    assert np.array_equal(view, want[5].planes["Y"][3:, 1:])
+    del view
+    assert host_buffers() == base
+    # leaving with copies in flight
+    with pytest.raises(KeyboardInterrupt):
+        with pyprores.open_decoder(path, backend="vulkan", max_in_flight=4) as dec:
+            for frame in dec:
+                raise KeyboardInterrupt
+    del frame
+    assert host_buffers() == base and native.lib.ppr_frames_live() == 0
+    assert not prefetch_threads()
+    # one set of planes, written again for every frame
+    with pyprores.open_decoder(path, backend="vulkan", reuse_buffers=True) as dec:
+        seen = []
+        for frame, w in zip(dec, want):
+            assert_same(frame, w)
+            seen.append(frame.planes["Y"])
+    assert all(a is seen[0] for a in seen) and dec.download == "gpu"
+    del seen, frame
+    assert host_buffers() == base
+    with pytest.raises(ValueError, match="gpu_download"):
+        pyprores.open_decoder(path, backend="software", gpu_download=True)
+    with pytest.raises(ValueError, match="gpu_download"):
+        pyprores.open_decoder(path, backend="vulkan", gpu_download=True, download_thread=True)
+
+
+@pytest.mark.skipif(not HAS_VK, reason="this FFmpeg build has no prores_vulkan hwaccel")
+def test_host_buffer_checks_its_planes(paths):
+    """ppr_download_start() writes only inside its buffer, on 4-byte
+    boundaries, one copy at a time, and only a received Vulkan frame."""
+    L, ffi = native.lib, native.ffi
+    want = reference(paths["hq422"])
+    with pyprores.open(paths["hq422"]) as src:
+        packets = list(src.packets())
+    base = host_buffers()
+    sw = native.Session("software")
+    assert L.ppr_host_buffer_new(sw._live(), 4096) == ffi.NULL
+    assert "Vulkan session" in ffi.string(L.ppr_last_error(sw._live())).decode()
+    sw.close()
+    s = native.Session("vulkan")
+    ptr = s._live()
+    assert L.ppr_host_buffer_new(ptr, 0) == ffi.NULL
+    s.stream_config(max_in_flight=2, err_detect=False)
+
+    def receive() -> Any:
+        c = ffi.new("ppr_stream_frame *")
+        for _ in range(len(packets)):
+            rc = L.ppr_receive_frame(ptr, c)
+            if rc == L.PPR_RECV_FRAME:
+                return c
+            assert rc == L.PPR_RECV_AGAIN
+            assert L.ppr_send_packet(ptr, ffi.NULL, 0, 0, 0) in (0, L.PPR_EAGAIN)
+        raise AssertionError("no frame")
+
+    for p in packets:
+        assert s.send_packet(p) or True
+    c = receive()
+    sizes = [c.layout.plane[i].width * c.layout.plane[i].height * 2 for i in range(3)]
+    size = sum(sizes) + 64
+    b = ffi.gc(L.ppr_host_buffer_new(ptr, size), L.ppr_host_buffer_free)
+    assert b != ffi.NULL and L.ppr_host_buffer_size(b) == size
+    data = int(ffi.cast("uintptr_t", L.ppr_host_buffer_data(b)))
+
+    def planes(offsets, width_delta=0) -> Any:
+        pl = ffi.new("ppr_planes *")
+        pl.count = 3
+        for i, off in enumerate(offsets):
+            p = pl.plane[i]
+            p.width = c.layout.plane[i].width + width_delta
+            p.height = c.layout.plane[i].height
+            p.stride = p.width * 2
+            p.data = ffi.cast("uint16_t *", data + off)
+        return pl
+    good = [0, sizes[0], sizes[0] + sizes[1]]
+    outside = np.empty(sizes[0] // 2, np.uint16)
+    cases = {
+        "inside the host buffer": planes([0, sizes[0], size + 4096]),
+        "4-byte boundary": planes([2, sizes[0] + 4, sizes[0] + sizes[1] + 4]),
+        "ends past": planes([0, sizes[0], sizes[0] + sizes[1] + 128]),
+        "the frame's plane": planes(good, width_delta=-2),
+    }
+    for what, pl in cases.items():
+        assert L.ppr_download_start(ptr, b, pl) == L.PPR_EINVAL, what
+        assert what in ffi.string(L.ppr_last_error(ptr)).decode()
+    pl = planes(good)
+    pl.plane[0].data = ffi.cast("uint16_t *", outside.ctypes.data)
+    assert L.ppr_download_start(ptr, b, pl) == L.PPR_EINVAL
+    # the frame is still the session's after each refusal
+    assert L.ppr_download_start(ptr, b, planes(good)) == 0
+    assert L.ppr_download_start(ptr, b, planes(good)) == L.PPR_EINVAL   # taken already
+    assert "no frame received" in ffi.string(L.ppr_last_error(ptr)).decode()
+    c = receive()
+    assert L.ppr_download_start(ptr, b, planes(good)) == L.PPR_EINVAL   # a copy pending
+    assert "in progress" in ffi.string(L.ppr_last_error(ptr)).decode()
+    assert L.ppr_host_buffer_wait(b) == 0 and L.ppr_host_buffer_wait(b) == 0
+    mem = np.frombuffer(ffi.buffer(ffi.cast("uint8_t *", data), size), np.uint16)
+    for i, name in enumerate(("Y", "Cb", "Cr")):
+        got = mem[good[i] // 2: good[i] // 2 + sizes[i] // 2]
+        assert np.array_equal(got.reshape(want[0].planes[name].shape), want[0].planes[name])
+    assert L.ppr_download_start(ptr, b, planes(good)) == 0   # the second frame
+    del mem
+    s.close()                                 # the buffer outlives its session
+    assert L.ppr_host_buffer_wait(b) == 0
+    mem = np.frombuffer(ffi.buffer(ffi.cast("uint8_t *", data), size), np.uint16)
+    assert np.array_equal(mem[:sizes[0] // 2].reshape(want[1].planes["Y"].shape),
+                          want[1].planes["Y"])
+    del mem
+    ffi.release(b)
+    assert host_buffers() == base

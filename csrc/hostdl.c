@@ -1,0 +1,554 @@
+/*
+ * hostdl.c - downloads that the GPU writes straight into host memory of the
+ * device's own (ppr_host_buffer): no copy on the host, and the copy runs
+ * while the caller goes on. See pyprores.h.
+ *
+ * hwcontext_vulkan's download copies the image into a staging buffer, waits,
+ * and copies that into the destination frame on the host: the host copy is
+ * most of a 4K frame's download time, and the caller waits for all of it.
+ * Here the destination is itself mapped device memory, allocated once and
+ * reused by the caller, so the GPU's copy is the whole download, and
+ * ppr_download_start() returns once it is submitted.
+ *
+ * The frame is synchronised as libavutil/vulkan.c does for its own work on
+ * hwcontext frames: under the frames context's lock_frame(), wait for each
+ * image's timeline semaphore at its value, signal the next value, and record
+ * the layout and access the images are left in.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libavutil/buffer.h>
+#include <libavutil/frame.h>
+#include <libavutil/hwcontext.h>
+#include <libavutil/hwcontext_vulkan.h>
+#include <libavutil/pixdesc.h>
+#include <libavutil/version.h>
+
+#include "internal.h"
+
+/* The Vulkan calls made here, loaded through the device context's
+ * get_proc_addr: the extension does not link the loader itself. */
+typedef struct host_vk {
+    PFN_vkGetPhysicalDeviceMemoryProperties GetPhysicalDeviceMemoryProperties;
+    PFN_vkGetDeviceProcAddr GetDeviceProcAddr;
+    PFN_vkCreateBuffer CreateBuffer;
+    PFN_vkDestroyBuffer DestroyBuffer;
+    PFN_vkGetBufferMemoryRequirements GetBufferMemoryRequirements;
+    PFN_vkAllocateMemory AllocateMemory;
+    PFN_vkFreeMemory FreeMemory;
+    PFN_vkBindBufferMemory BindBufferMemory;
+    PFN_vkMapMemory MapMemory;
+    PFN_vkUnmapMemory UnmapMemory;
+    PFN_vkInvalidateMappedMemoryRanges InvalidateMappedMemoryRanges;
+    PFN_vkCreateCommandPool CreateCommandPool;
+    PFN_vkDestroyCommandPool DestroyCommandPool;
+    PFN_vkAllocateCommandBuffers AllocateCommandBuffers;
+    PFN_vkResetCommandPool ResetCommandPool;
+    PFN_vkBeginCommandBuffer BeginCommandBuffer;
+    PFN_vkEndCommandBuffer EndCommandBuffer;
+    PFN_vkCmdPipelineBarrier CmdPipelineBarrier;
+    PFN_vkCmdCopyImageToBuffer CmdCopyImageToBuffer;
+    PFN_vkCreateFence CreateFence;
+    PFN_vkDestroyFence DestroyFence;
+    PFN_vkResetFences ResetFences;
+    PFN_vkWaitForFences WaitForFences;
+    PFN_vkGetDeviceQueue2 GetDeviceQueue2;
+    PFN_vkQueueSubmit QueueSubmit;
+} host_vk;
+
+struct ppr_host_buffer {
+    AVBufferRef *device;            /* keeps the VkDevice alive */
+    void (*release)(void *);        /* the session side's hold on the device */
+    void *release_opaque;
+    host_vk vk;
+    VkDevice dev;
+    const VkAllocationCallbacks *alloc;
+    VkBuffer buf;
+    VkDeviceMemory mem;
+    uint8_t *data;
+    size_t size;
+    int coherent;
+    uint32_t qf, qi;                /* the queue its copies go to */
+    VkQueue queue;
+    VkCommandPool pool;
+    VkCommandBuffer cmd;
+    VkFence fence;
+
+    pthread_mutex_t lock;           /* start, wait and free on any thread */
+    int pending;                    /* a copy submitted and not waited for */
+    AVFrame *frame;                 /* its frame, held until it completes */
+};
+
+static int g_live;                  /* buffers not freed (__atomic) */
+
+/* A wait longer than this is reported; the copy stays pending (the buffer
+ * cannot be reused or freed before the GPU is done with it). */
+#define WAIT_NS (60ULL * 1000 * 1000 * 1000)
+
+static int load(host_vk *f, const AVVulkanDeviceContext *hw)
+{
+#define INST(name) \
+    if (!(f->name = (PFN_vk##name)hw->get_proc_addr(hw->inst, "vk" #name))) \
+        return ppr__fail(PPR_ENODEVICE, "the Vulkan loader has no vk" #name);
+#define DEV(name) \
+    if (!(f->name = (PFN_vk##name)f->GetDeviceProcAddr(hw->act_dev, "vk" #name))) \
+        return ppr__fail(PPR_ENODEVICE, "the Vulkan device has no vk" #name);
+    INST(GetPhysicalDeviceMemoryProperties)
+    INST(GetDeviceProcAddr)
+    DEV(CreateBuffer) DEV(DestroyBuffer) DEV(GetBufferMemoryRequirements)
+    DEV(AllocateMemory) DEV(FreeMemory) DEV(BindBufferMemory) DEV(MapMemory)
+    DEV(UnmapMemory) DEV(InvalidateMappedMemoryRanges)
+    DEV(CreateCommandPool) DEV(DestroyCommandPool) DEV(AllocateCommandBuffers)
+    DEV(ResetCommandPool) DEV(BeginCommandBuffer) DEV(EndCommandBuffer)
+    DEV(CmdPipelineBarrier) DEV(CmdCopyImageToBuffer)
+    DEV(CreateFence) DEV(DestroyFence) DEV(ResetFences) DEV(WaitForFences)
+    DEV(GetDeviceQueue2) DEV(QueueSubmit)
+#undef INST
+#undef DEV
+    return 0;
+}
+
+/* Host memory the CPU reads fast: host-cached, not device-local (a
+ * device-local host-visible type is memory across the bus), coherent when
+ * there is the choice. -1 when no type is host-visible. */
+static int pick_memory_type(const VkPhysicalDeviceMemoryProperties *props, uint32_t bits)
+{
+    int best = -1, best_score = -1;
+    uint32_t i;
+
+    for (i = 0; i < props->memoryTypeCount; i++) {
+        VkMemoryPropertyFlags fl = props->memoryTypes[i].propertyFlags;
+        int score;
+        if (!(bits & (1u << i)) || !(fl & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT))
+            continue;
+        score = (fl & VK_MEMORY_PROPERTY_HOST_CACHED_BIT   ? 4 : 0) +
+                (fl & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT  ? 0 : 2) +
+                (fl & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT ? 1 : 0);
+        if (score > best_score) {
+            best = i;
+            best_score = score;
+        }
+    }
+    return best;
+}
+
+/* The family copies go to: one with transfer but neither graphics nor
+ * compute (a copy engine, which leaves the decoder's queues alone) when the
+ * device has it, else any that can transfer. */
+static int pick_queue_family(const AVVulkanDeviceContext *hw, uint32_t *qf, int *nb)
+{
+    int i, best = -1, best_score = -1;
+
+    for (i = 0; i < hw->nb_qf; i++) {
+        VkQueueFlags fl = hw->qf[i].flags;
+        int score;
+        if (hw->qf[i].num < 1 ||
+            !(fl & (VK_QUEUE_TRANSFER_BIT | VK_QUEUE_GRAPHICS_BIT | VK_QUEUE_COMPUTE_BIT)))
+            continue;
+        score = (fl & (VK_QUEUE_GRAPHICS_BIT | VK_QUEUE_COMPUTE_BIT)) ? 0 : 2;
+        score += !(fl & VK_QUEUE_GRAPHICS_BIT);
+        if (score > best_score) {
+            best = i;
+            best_score = score;
+        }
+    }
+    if (best < 0)
+        return ppr__fail(PPR_ENODEVICE, "the Vulkan device has no queue that can copy");
+    *qf = hw->qf[best].idx;
+    *nb = hw->qf[best].num;
+    return 0;
+}
+
+static void lock_queue(AVHWDeviceContext *dc, uint32_t qf, uint32_t qi, int lock)
+{
+    AVVulkanDeviceContext *hw = dc->hwctx;
+#if LIBAVUTIL_VERSION_MAJOR >= 60
+#if FF_API_VULKAN_SYNC_QUEUES
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    (lock ? hw->lock_queue : hw->unlock_queue)(dc, qf, qi);
+#pragma GCC diagnostic pop
+#else
+    (void)hw; (void)qf; (void)qi; (void)lock;   /* queues synchronised internally */
+#endif
+#else
+    (lock ? hw->lock_queue : hw->unlock_queue)(dc, qf, qi);
+#endif
+}
+
+static void destroy(ppr_host_buffer *b)
+{
+    host_vk *f = &b->vk;
+
+    if (b->dev) {
+        if (b->fence)
+            f->DestroyFence(b->dev, b->fence, b->alloc);
+        if (b->pool)
+            f->DestroyCommandPool(b->dev, b->pool, b->alloc);
+        if (b->data)
+            f->UnmapMemory(b->dev, b->mem);
+        if (b->buf)
+            f->DestroyBuffer(b->dev, b->buf, b->alloc);
+        if (b->mem)
+            f->FreeMemory(b->dev, b->mem, b->alloc);
+    }
+    av_frame_free(&b->frame);
+    av_buffer_unref(&b->device);
+    if (b->release)
+        b->release(b->release_opaque);
+    pthread_mutex_destroy(&b->lock);
+    free(b);
+}
+
+#define CHECK(call, what)                                                      \
+    do {                                                                       \
+        VkResult r_ = (call);                                                  \
+        if (r_ != VK_SUCCESS) {                                                \
+            ret = ppr__fail(r_ == VK_ERROR_OUT_OF_HOST_MEMORY ||               \
+                            r_ == VK_ERROR_OUT_OF_DEVICE_MEMORY ?              \
+                            PPR_ENOMEM : PPR_ENODEVICE,                        \
+                            "%s failed (VkResult %d)", what, (int)r_);        \
+            goto fail;                                                         \
+        }                                                                      \
+    } while (0)
+
+int ppr__host_buffer_create(ppr_host_buffer **out, AVBufferRef *device, size_t size,
+                            void (*release)(void *), void *release_opaque)
+{
+    static unsigned next_queue;
+    AVHWDeviceContext *dc = (AVHWDeviceContext *)device->data;
+    AVVulkanDeviceContext *hw = dc->hwctx;
+    VkPhysicalDeviceMemoryProperties mprops;
+    VkMemoryRequirements req;
+    ppr_host_buffer *b;
+    int ret, type, nb_queues = 1;
+    void *map = NULL;
+
+    *out = NULL;
+    if (dc->type != AV_HWDEVICE_TYPE_VULKAN || !hw->get_proc_addr)
+        return ppr__fail(PPR_EINVAL, "host buffers need a Vulkan session");
+    b = calloc(1, sizeof(*b));
+    if (!b)
+        return ppr__fail(PPR_ENOMEM, "out of memory");
+    pthread_mutex_init(&b->lock, NULL);
+    b->device = av_buffer_ref(device);
+    if (!b->device) {
+        pthread_mutex_destroy(&b->lock);
+        free(b);
+        return ppr__fail(PPR_ENOMEM, "out of memory");
+    }
+    /* from here on destroy() undoes everything, the caller's hold included */
+    b->release = release;
+    b->release_opaque = release_opaque;
+    __atomic_add_fetch(&g_live, 1, __ATOMIC_RELAXED);
+
+    if ((ret = load(&b->vk, hw)) < 0 ||
+        (ret = pick_queue_family(hw, &b->qf, &nb_queues)) < 0)
+        goto fail;
+    b->dev = hw->act_dev;
+    b->alloc = hw->alloc;
+    b->size = size;
+    /* spread the buffers over the family's queues */
+    b->qi = __atomic_fetch_add(&next_queue, 1, __ATOMIC_RELAXED) % (unsigned)nb_queues;
+
+    CHECK(b->vk.CreateBuffer(b->dev, &(VkBufferCreateInfo) {
+              .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+              .size = size,
+              .usage = VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+              .sharingMode = VK_SHARING_MODE_EXCLUSIVE,
+          }, b->alloc, &b->buf), "vkCreateBuffer");
+    b->vk.GetBufferMemoryRequirements(b->dev, b->buf, &req);
+    b->vk.GetPhysicalDeviceMemoryProperties(hw->phys_dev, &mprops);
+    type = pick_memory_type(&mprops, req.memoryTypeBits);
+    if (type < 0) {
+        ret = ppr__fail(PPR_ENODEVICE, "the Vulkan device has no host-visible memory for a buffer");
+        goto fail;
+    }
+    b->coherent = !!(mprops.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
+    CHECK(b->vk.AllocateMemory(b->dev, &(VkMemoryAllocateInfo) {
+              .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+              .allocationSize = req.size,
+              .memoryTypeIndex = type,
+          }, b->alloc, &b->mem), "vkAllocateMemory of a host buffer");
+    CHECK(b->vk.BindBufferMemory(b->dev, b->buf, b->mem, 0), "vkBindBufferMemory");
+    CHECK(b->vk.MapMemory(b->dev, b->mem, 0, VK_WHOLE_SIZE, 0, &map), "vkMapMemory");
+    b->data = map;
+
+    CHECK(b->vk.CreateCommandPool(b->dev, &(VkCommandPoolCreateInfo) {
+              .sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+              .flags = VK_COMMAND_POOL_CREATE_TRANSIENT_BIT,
+              .queueFamilyIndex = b->qf,
+          }, b->alloc, &b->pool), "vkCreateCommandPool");
+    CHECK(b->vk.AllocateCommandBuffers(b->dev, &(VkCommandBufferAllocateInfo) {
+              .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+              .commandPool = b->pool,
+              .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+              .commandBufferCount = 1,
+          }, &b->cmd), "vkAllocateCommandBuffers");
+    CHECK(b->vk.CreateFence(b->dev, &(VkFenceCreateInfo) {
+              .sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO,
+          }, b->alloc, &b->fence), "vkCreateFence");
+    b->vk.GetDeviceQueue2(b->dev, &(VkDeviceQueueInfo2) {
+        .sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_INFO_2,
+#if LIBAVUTIL_VERSION_MAJOR >= 60
+        .flags = hw->queue_flags,   /* as the queues were created */
+#endif
+        .queueFamilyIndex = b->qf,
+        .queueIndex = b->qi,
+    }, &b->queue);
+    if (!b->queue) {
+        ret = ppr__fail(PPR_ENODEVICE, "no queue %u of family %u", b->qi, b->qf);
+        goto fail;
+    }
+    *out = b;
+    return 0;
+
+fail:
+    destroy(b);
+    __atomic_sub_fetch(&g_live, 1, __ATOMIC_RELAXED);
+    return ret;
+}
+
+void *ppr_host_buffer_data(ppr_host_buffer *b) { return b ? b->data : NULL; }
+size_t ppr_host_buffer_size(const ppr_host_buffer *b) { return b ? b->size : 0; }
+int ppr_host_buffers_live(void) { return __atomic_load_n(&g_live, __ATOMIC_RELAXED); }
+
+/* Wait for the pending copy, b->lock held. */
+static int wait_locked(ppr_host_buffer *b)
+{
+    VkResult r;
+
+    if (!b->pending)
+        return 0;
+    r = b->vk.WaitForFences(b->dev, 1, &b->fence, VK_TRUE, WAIT_NS);
+    if (r == VK_TIMEOUT)
+        return ppr__fail(PPR_EDECODE, "the GPU did not finish a download within %llu s",
+                         (unsigned long long)(WAIT_NS / 1000000000ULL));
+    b->pending = 0;
+    av_frame_free(&b->frame);
+    if (r != VK_SUCCESS)
+        return ppr__fail(PPR_ENODEVICE, "waiting for a download failed (VkResult %d)", (int)r);
+    if (!b->coherent) {
+        r = b->vk.InvalidateMappedMemoryRanges(b->dev, 1, &(VkMappedMemoryRange) {
+            .sType = VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE,
+            .memory = b->mem,
+            .size = VK_WHOLE_SIZE,
+        });
+        if (r != VK_SUCCESS)
+            return ppr__fail(PPR_ENODEVICE, "vkInvalidateMappedMemoryRanges failed (VkResult %d)",
+                             (int)r);
+    }
+    return 0;
+}
+
+int ppr_host_buffer_wait(ppr_host_buffer *b)
+{
+    int ret;
+
+    ppr__clear_error();
+    if (!b)
+        return ppr__fail(PPR_EINVAL, "host buffer is NULL");
+    pthread_mutex_lock(&b->lock);
+    ret = wait_locked(b);
+    pthread_mutex_unlock(&b->lock);
+    return ret;
+}
+
+void ppr_host_buffer_free(ppr_host_buffer *b)
+{
+    if (!b)
+        return;
+    pthread_mutex_lock(&b->lock);
+    /* the GPU may write the memory until the copy ends: never free before */
+    while (b->pending && wait_locked(b) < 0 && b->pending)
+        ;
+    pthread_mutex_unlock(&b->lock);
+    destroy(b);
+    __atomic_sub_fetch(&g_live, 1, __ATOMIC_RELAXED);
+}
+
+/* The planes of out must lie inside b, start on 4-byte boundaries (copies on
+ * a transfer-only queue need it) and hold whole rows of 2-byte samples. */
+static int check_planes(const ppr_host_buffer *b, int nb_planes,
+                        const ppr_planes *out, size_t offset[4])
+{
+    int i;
+
+    if (out->count != nb_planes)
+        return ppr__fail(PPR_EINVAL, "the frame has %d planes, got %d", nb_planes, out->count);
+    for (i = 0; i < out->count; i++) {
+        const ppr_plane *p = &out->plane[i];
+        uintptr_t start = (uintptr_t)p->data, base = (uintptr_t)b->data;
+        size_t need;
+        if (!p->data || p->width <= 0 || p->height <= 0 || p->stride < (ptrdiff_t)p->width * 2 ||
+            (p->stride & 1))
+            return ppr__fail(PPR_EINVAL, "plane %d: no data, or a stride below its %d samples",
+                             i, p->width);
+        if (start < base || start >= base + b->size || ((start - base) & 3))
+            return ppr__fail(PPR_EINVAL, "plane %d does not start inside the host buffer on a "
+                             "4-byte boundary", i);
+        need = (size_t)p->stride * (p->height - 1) + (size_t)p->width * 2;
+        if (need > b->size - (start - base))
+            return ppr__fail(PPR_EINVAL, "plane %d (%dx%d, stride %td) ends past the host "
+                             "buffer's %zu bytes", i, p->width, p->height, p->stride, b->size);
+        offset[i] = start - base;
+    }
+    return 0;
+}
+
+int ppr__host_download_start(ppr_host_buffer *b, AVFrame *frame, const ppr_planes *out)
+{
+    static const VkImageAspectFlags plane_aspect[] = {
+        VK_IMAGE_ASPECT_PLANE_0_BIT, VK_IMAGE_ASPECT_PLANE_1_BIT, VK_IMAGE_ASPECT_PLANE_2_BIT,
+    };
+    AVHWFramesContext *fc;
+    AVVulkanFramesContext *vfc;
+    AVHWDeviceContext *dc;
+    AVVkFrame *vkf;
+    VkImageMemoryBarrier bar[AV_NUM_DATA_POINTERS];
+    VkSemaphore sems[AV_NUM_DATA_POINTERS];
+    uint64_t wait_val[AV_NUM_DATA_POINTERS], signal_val[AV_NUM_DATA_POINTERS];
+    VkPipelineStageFlags wait_stage[AV_NUM_DATA_POINTERS];
+    size_t offset[4];
+    AVFrame *hold;
+    int nb_images = 0, nb_planes, multiplane, i, ret = 0;
+    VkResult r;
+
+    if (!frame || frame->format != AV_PIX_FMT_VULKAN || !frame->hw_frames_ctx || !frame->data[0])
+        return ppr__fail(PPR_EINVAL, "not a Vulkan frame");
+    fc = (AVHWFramesContext *)frame->hw_frames_ctx->data;
+    if (fc->device_ref->data != b->device->data)
+        return ppr__fail(PPR_EINVAL, "the host buffer belongs to another Vulkan device");
+    vfc = fc->hwctx;
+    dc = fc->device_ctx;
+    vkf = (AVVkFrame *)frame->data[0];
+    while (nb_images < AV_NUM_DATA_POINTERS && vkf->img[nb_images])
+        nb_images++;
+    nb_planes = av_pix_fmt_count_planes(fc->sw_format);
+    multiplane = nb_images == 1 && nb_planes > 1;
+    if (nb_planes > 4 || (!multiplane && nb_images != nb_planes) ||
+        (multiplane && nb_planes > 3))
+        return ppr__fail(PPR_EINVAL, "%d planes in %d images: not a layout host buffers take",
+                         nb_planes, nb_images);
+    if ((ret = check_planes(b, nb_planes, out, offset)) < 0)
+        return ret;
+    /* the images must outlive the copy: the buffer holds the frame till then */
+    if (!(hold = av_frame_alloc()))
+        return ppr__fail(PPR_ENOMEM, "out of memory");
+
+    pthread_mutex_lock(&b->lock);
+    if (b->pending) {
+        pthread_mutex_unlock(&b->lock);
+        av_frame_free(&hold);
+        return ppr__fail(PPR_EINVAL, "the host buffer has a download in progress: wait for it first");
+    }
+    r = b->vk.ResetCommandPool(b->dev, b->pool, 0);
+    if (r == VK_SUCCESS)
+        r = b->vk.BeginCommandBuffer(b->cmd, &(VkCommandBufferBeginInfo) {
+            .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+            .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT,
+        });
+    if (r == VK_SUCCESS)
+        r = b->vk.ResetFences(b->dev, 1, &b->fence);
+    if (r != VK_SUCCESS) {
+        pthread_mutex_unlock(&b->lock);
+        av_frame_free(&hold);
+        return ppr__fail(PPR_ENODEVICE, "could not record a download (VkResult %d)", (int)r);
+    }
+
+    /* From here until the submission, no one else may touch the frame's
+     * semaphores and layouts (the decoder's threads use the same lock). */
+    vfc->lock_frame(fc, vkf);
+    for (i = 0; i < nb_images; i++) {
+        /* The semaphore wait below orders the copy after every earlier use
+         * of the image and makes its writes visible: no source access here. */
+        bar[i] = (VkImageMemoryBarrier) {
+            .sType = VK_STRUCTURE_TYPE_IMAGE_MEMORY_BARRIER,
+            .srcAccessMask = 0,
+            .dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT,
+            .oldLayout = vkf->layout[i],
+            .newLayout = VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL,
+            .srcQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED,
+            .dstQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED,
+            .image = vkf->img[i],
+            .subresourceRange = {
+                .aspectMask = VK_IMAGE_ASPECT_COLOR_BIT,
+                .levelCount = 1,
+                .layerCount = 1,
+            },
+        };
+        sems[i] = vkf->sem[i];
+        wait_val[i] = vkf->sem_value[i];
+        signal_val[i] = vkf->sem_value[i] + 1;
+        wait_stage[i] = VK_PIPELINE_STAGE_ALL_COMMANDS_BIT;
+    }
+    b->vk.CmdPipelineBarrier(b->cmd, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT,
+                             VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 0, NULL, 0, NULL,
+                             nb_images, bar);
+    for (i = 0; i < nb_planes; i++) {
+        const ppr_plane *p = &out->plane[i];
+        VkBufferImageCopy region = {
+            .bufferOffset = offset[i],
+            .bufferRowLength = (uint32_t)(p->stride / 2),
+            .imageSubresource = {
+                .aspectMask = multiplane ? plane_aspect[i] : VK_IMAGE_ASPECT_COLOR_BIT,
+                .layerCount = 1,
+            },
+            .imageExtent = { (uint32_t)p->width, (uint32_t)p->height, 1 },
+        };
+        b->vk.CmdCopyImageToBuffer(b->cmd, vkf->img[multiplane ? 0 : i],
+                                   VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL, b->buf, 1, &region);
+    }
+    /* the copy's writes, made visible to the host that waits for the fence */
+    b->vk.CmdPipelineBarrier(b->cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT,
+                             0, 1, &(VkMemoryBarrier) {
+                                 .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                                 .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
+                                 .dstAccessMask = VK_ACCESS_HOST_READ_BIT,
+                             }, 0, NULL, 0, NULL);
+    r = b->vk.EndCommandBuffer(b->cmd);
+    if (r == VK_SUCCESS) {
+        VkTimelineSemaphoreSubmitInfo tl = {
+            .sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO,
+            .waitSemaphoreValueCount = nb_images,
+            .pWaitSemaphoreValues = wait_val,
+            .signalSemaphoreValueCount = nb_images,
+            .pSignalSemaphoreValues = signal_val,
+        };
+        lock_queue(dc, b->qf, b->qi, 1);
+        r = b->vk.QueueSubmit(b->queue, 1, &(VkSubmitInfo) {
+            .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
+            .pNext = &tl,
+            .waitSemaphoreCount = nb_images,
+            .pWaitSemaphores = sems,
+            .pWaitDstStageMask = wait_stage,
+            .commandBufferCount = 1,
+            .pCommandBuffers = &b->cmd,
+            .signalSemaphoreCount = nb_images,
+            .pSignalSemaphores = sems,
+        }, b->fence);
+        lock_queue(dc, b->qf, b->qi, 0);
+    }
+    if (r == VK_SUCCESS) {
+        for (i = 0; i < nb_images; i++) {
+            vkf->layout[i] = VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL;
+            vkf->access[i] = VK_ACCESS_TRANSFER_READ_BIT;
+            vkf->sem_value[i]++;
+        }
+    }
+    vfc->unlock_frame(fc, vkf);
+    if (r != VK_SUCCESS) {
+        pthread_mutex_unlock(&b->lock);
+        av_frame_free(&hold);
+        return ppr__fail(r == VK_ERROR_OUT_OF_HOST_MEMORY || r == VK_ERROR_OUT_OF_DEVICE_MEMORY ?
+                         PPR_ENOMEM : PPR_ENODEVICE,
+                         "could not submit a download (VkResult %d)", (int)r);
+    }
+    av_frame_move_ref(hold, frame);
+    b->frame = hold;
+    b->pending = 1;
+    pthread_mutex_unlock(&b->lock);
+    return 0;
+}
