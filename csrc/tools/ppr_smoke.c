@@ -11,7 +11,10 @@
  * straight into them, one buffer reference per plane), padded planes and
  * planes with one left out, each compared with the packet's ppr_decode by a
  * software session; one taken frame is downloaded after both sessions are
- * closed. Error paths of those calls; then close.
+ * closed. On vulkan, the frames again into two host buffers the GPU copies
+ * into (ppr_download_start, ppr_host_buffer_wait), one copy pending while
+ * the next frame is received, the last one waited for after both sessions
+ * are closed. Error paths of those calls; then close.
  *
  * Usage: ppr_smoke FILE FOURCC [software|vulkan [nohwcheck]]
  * Exit status 0 when every call behaved as expected.
@@ -297,6 +300,135 @@ static int prepared_and_taken(ppr_session *s, ppr_session *ref, const uint8_t *d
     return failures;
 }
 
+/* A host buffer whose last copy is waited for after ppr_close, and what it
+ * must hold then. */
+static ppr_host_buffer *late_hb;
+static ppr_planes late_hb_planes, late_hb_want;
+
+/* Planes for layout `want` laid out in host buffer b (offsets a multiple of
+ * `align`, plus `skew` bytes for the error path). */
+static void host_planes(ppr_planes *out, const ppr_planes *want, ppr_host_buffer *b,
+                        size_t align, size_t skew)
+{
+    uint8_t *p = ppr_host_buffer_data(b);
+    size_t off = skew;
+    *out = *want;
+    for (int i = 0; i < out->count; i++) {
+        out->plane[i].data = (uint16_t *)(p + off);
+        out->plane[i].stride = (ptrdiff_t)out->plane[i].width * 2;
+        off += (((size_t)out->plane[i].stride * out->plane[i].height) + align - 1) / align * align;
+    }
+}
+
+static size_t host_size(const ppr_planes *want)
+{
+    size_t size = 0;
+    for (int i = 0; i < want->count; i++)
+        size += ((size_t)want->plane[i].width * 2 * want->plane[i].height + 255) / 256 * 256;
+    return size;
+}
+
+/* Stream the packets through vulkan session s, each frame copied by the GPU
+ * into one of two host buffers while the next one is received, each checked
+ * against `ref`'s ppr_decode once waited for; error paths. */
+static int host_buffers(ppr_session *s, ppr_session *ref, const uint8_t *data, long size,
+                        uint32_t tag)
+{
+    ppr_host_buffer *hb[2] = { NULL, NULL };
+    ppr_planes want[2], out[2], bad;
+    int failures = 0, ret, sent = 0, got = 0, eof = 0, busy[2] = { 0, 0 }, live0;
+    long pos = 0;
+    ppr_stream_frame sf;
+
+    live0 = ppr_host_buffers_live();
+    CHECK(ppr_host_buffer_new(NULL, 64) == NULL, "host buffer without a session");
+    CHECK(ppr_host_buffer_new(ref, 64) == NULL, "host buffer on a software session");
+    CHECK(ppr_host_buffer_new(s, 0) == NULL, "empty host buffer");
+    CHECK(ppr_host_buffer_wait(NULL) == PPR_EINVAL, "ppr_host_buffer_wait(NULL)");
+    CHECK(ppr_host_buffer_data(NULL) == NULL && ppr_host_buffer_size(NULL) == 0, "NULL buffer");
+    ppr_host_buffer_free(NULL);
+    ret = ppr_stream_config(s, 2, 0);
+    CHECK(ret == 0, "stream config (host buffers): %s", ppr_strerror(ret));
+    while (!eof) {
+        long psize = pos + 8 <= size ? (long)((uint32_t)data[pos] << 24 | data[pos + 1] << 16 |
+                                              data[pos + 2] << 8 | data[pos + 3]) : 0;
+        const uint8_t *pkt = psize >= 8 && pos + psize <= size ? data + pos : NULL;
+        ret = ppr_send_packet(s, pkt, pkt ? (size_t)psize : 0, tag, sent);
+        if (!pkt)
+            eof = 1;
+        else if (ret == 0) {
+            pos += psize;
+            sent++;
+        } else if (ret != PPR_EAGAIN) {
+            CHECK(0, "send (host buffers): %s", ppr_strerror(ret));
+            break;
+        }
+        while ((ret = ppr_receive_frame(s, &sf)) == PPR_RECV_FRAME) {
+            int k = got & 1;
+            if (busy[k]) {              /* the frame before last: check it */
+                ret = ppr_host_buffer_wait(hb[k]);
+                CHECK(ret == 0 && same_planes(&want[k], &out[k]), "host buffer frame %d: %s %s",
+                      got - 2, ppr_strerror(ret), ret ? ppr_last_error(NULL) : "differs");
+                free_planes(&want[k]);
+                busy[k] = 0;
+            }
+            if (!hb[k]) {
+                hb[k] = ppr_host_buffer_new(s, host_size(&sf.layout));
+                CHECK(hb[k], "ppr_host_buffer_new: %s", ppr_last_error(s));
+                if (!hb[k])
+                    return failures;
+            }
+            /* the reference: the packet decoded by the software session */
+            want[k] = sf.layout;
+            if (alloc_planes(&want[k], 0) < 0)
+                return failures + 1;
+            ret = -1;
+            for (long q = 0, i = 0; q + 8 <= size; i++) {
+                long qs = (long)((uint32_t)data[q] << 24 | data[q + 1] << 16 |
+                                 data[q + 2] << 8 | data[q + 3]);
+                if (i == sf.pts) {
+                    ret = ppr_decode(ref, data + q, (size_t)qs, tag, &want[k]);
+                    break;
+                }
+                q += qs;
+            }
+            CHECK(ret == 0, "reference of frame %lld: %s", (long long)sf.pts, ppr_strerror(ret));
+            host_planes(&bad, &sf.layout, hb[k], 4, 2);   /* 2 bytes off: refused */
+            CHECK(ppr_download_start(s, hb[k], &bad) == PPR_EINVAL, "misaligned plane accepted");
+            host_planes(&out[k], &sf.layout, hb[k], 256, 0);
+            bad = out[k];
+            bad.plane[0].height++;
+            CHECK(ppr_download_start(s, hb[k], &bad) == PPR_EINVAL, "wrong plane size accepted");
+            ret = ppr_download_start(s, hb[k], &out[k]);
+            CHECK(ret == 0, "ppr_download_start: %s", ppr_strerror(ret));
+            CHECK(ppr_download_start(s, hb[k], &out[k]) == PPR_EINVAL, "a frame copied twice");
+            busy[k] = ret == 0;
+            if (!busy[k])
+                free_planes(&want[k]);
+            got++;
+        }
+        CHECK(ret >= 0, "receive (host buffers): %s", ppr_strerror(ret));
+    }
+    CHECK(got == sent, "host buffers: %d frames of %d packets", got, sent);
+    /* one buffer freed with its copy pending (the free waits for it); the
+     * other waited for after the sessions are closed */
+    for (int k = 0; k < 2; k++) {
+        if (busy[k] && k == ((got - 1) & 1) && !late_hb) {
+            late_hb = hb[k];
+            late_hb_planes = out[k];
+            late_hb_want = want[k];
+            continue;
+        }
+        ppr_host_buffer_free(hb[k]);
+        if (busy[k])
+            free_planes(&want[k]);
+    }
+    ppr_stream_reset(s);
+    CHECK(ppr_host_buffers_live() == live0 + (late_hb ? 1 : 0), "host buffers live: %d",
+          ppr_host_buffers_live());
+    return failures;
+}
+
 int main(int argc, char **argv)
 {
     ppr_session *s = NULL, *s2 = NULL;
@@ -484,6 +616,8 @@ int main(int argc, char **argv)
         }
         if (ref)
             failures += prepared_and_taken(s2, ref, data, size, tag);
+        if (ref && ref != s)
+            failures += host_buffers(s2, ref, data, size, tag);
         if (ref != s)
             ppr_close(ref);
     }
@@ -508,7 +642,16 @@ int main(int argc, char **argv)
         ppr_frame_free(late_frame);
         free_planes(&late_want);
     }
+    if (late_hb) {
+        ret = ppr_host_buffer_wait(late_hb);
+        CHECK(ret == 0 && same_planes(&late_hb_want, &late_hb_planes),
+              "host buffer waited for after close: %s %s", ppr_strerror(ret),
+              ret ? ppr_last_error(NULL) : "differs from the reference");
+        ppr_host_buffer_free(late_hb);
+        free_planes(&late_hb_want);
+    }
     CHECK(ppr_frames_live() == 0, "frames live at exit: %d", ppr_frames_live());
+    CHECK(ppr_host_buffers_live() == 0, "host buffers live at exit: %d", ppr_host_buffers_live());
     free(data);
     return failures ? 1 : 0;
 }
