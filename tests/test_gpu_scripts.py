@@ -52,7 +52,7 @@ def gpu_run(*args: str, out: Path | None = None) -> subprocess.CompletedProcess:
 def test_dry_run_plans_every_step(pack: Path, tmp_path: Path):
     res = gpu_run("--pack", str(pack), "--dry-run", "--timeout", "bench=200", "--fuzz-time", "60",
                   "check", "bench@ff10", "conformance@ff13,ff10", "fuzz-gpu", "ab@ff10,ff13", "memory",
-                  out=tmp_path / "out")
+                  "bench@ff10,ff13,ff10", out=tmp_path / "out")
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     steps = [l for l in lines if l.startswith("step ")]
@@ -66,11 +66,15 @@ def test_dry_run_plans_every_step(pack: Path, tmp_path: Path):
         f"step fuzz-gpu ff13: timeout 210 s, log {out}/fuzz-gpu-ff13.log",
         f"step ab ff10 ff13: timeout 360 s, log {out}/ab-ff10-ff13.log",
         f"step memory ff13: timeout 150 s, log {out}/memory-ff13.log",
+        f"step bench ff10 ff13 ff10: timeout 200 s, log {out}/bench-ff10-ff13-ff10.log",
     ]
     text = res.stdout
     assert f"--ffmpeg {pack}/ff10 --decbench {pack}/ff10/bin/decbench" in text
     assert "--seed-base 70" in text and "--time 60" in text
-    assert "total of the step limits: 1760 s" in text
+    assert "total of the step limits: 1960 s" in text
+    # several builds side by side: one bench run naming each
+    assert (f"--ffmpeg ff13={pack}/ff13 --decbench ff13={pack}/ff13/bin/decbench --ffmpeg ff10={pack}/ff10"
+            in text and f"--json {out}/bench-ff10-ff13-ff10.json" in text)
     assert "split the steps over several calls" in text      # more than one call's 600 s
     assert not (tmp_path / "out").exists()                     # a dry run writes nothing
 
