@@ -26,9 +26,12 @@
  *     contiguous share of whole rows): row by row (memcpy of 7680-byte rows, as
  *     av_image_copy_plane does for 4K 10-bit luma), one memcpy per share, and SSE2
  *     non-temporal stores (where the compiler targets SSE2). Before each repetition the
- *     source and destination are flushed from the CPU caches (clflush; SSE2 only), the
- *     staging buffer rewritten by the GPU.
- * Each figure: --reps repetitions (default 20) after 2 warm-ups; the median and the best.
+ *     staging buffer is rewritten by the GPU, as a download does; with --cold, source and
+ *     destination are also flushed from the CPU caches (clflush; SSE2 only), which on a host
+ *     with a large last-level cache is slow and more pessimistic than a download, whose
+ *     destination a decoder reuses.
+ * Each figure: --reps repetitions (default 20; host copies --host-reps, default 5) after 2
+ * warm-ups; the median and the best.
  * Wall time: from vkQueueSubmit to the end of vkWaitForFences (including the flush or
  * invalidation of non-coherent memory); GPU time: timestamps around the copy, where the
  * queue's family has timestampValidBits. Host copies: from the release of the threads to the
@@ -77,12 +80,21 @@ static void die(const char *fmt, ...)
     exit(1);
 }
 
+static int progress;             /* --progress: each stage on stderr as it starts */
+static double now(void);
+
 static void set_stage(const char *fmt, ...)
 {
+    static double t0;
     va_list vl;
     va_start(vl, fmt);
     vsnprintf(stage, sizeof(stage), fmt, vl);
     va_end(vl);
+    if (progress) {
+        if (!t0)
+            t0 = now();
+        fprintf(stderr, "bwprobe: %8.3f s: %s\n", now() - t0, stage);
+    }
 }
 
 static const char *vk_result_name(VkResult r)
@@ -315,6 +327,8 @@ typedef struct Ctx {
     int device_type;            /* the DEVICE_LOCAL memory type of the buffers */
     int staging_class;          /* the HOST_CACHED class of the image copies and host copies */
     int reps;
+    int host_reps;              /* repetitions of the host copies */
+    int cold;                   /* evict source and destination before each host copy */
 } Ctx;
 
 typedef struct Buf {
@@ -816,7 +830,7 @@ typedef struct Refill {
 static Stats host_series(Ctx *c, Pool *p, int method, const uint8_t *src, uint8_t *dst, size_t bytes,
                          const Refill *refill)
 {
-    int n = WARMUPS + c->reps;
+    int n = WARMUPS + c->host_reps;
     double *t = xcalloc(n, sizeof(*t));
     size_t rows = bytes / ROW_BYTES;
     for (int i = 0; i <= p->n; i++)
@@ -829,8 +843,10 @@ static Stats host_series(Ctx *c, Pool *p, int method, const uint8_t *src, uint8_
             submit_wait(c, refill->q, refill->cb);
             buf_invalidate(c, refill->staging);
         }
-        evict(src, bytes);
-        evict(dst, bytes);
+        if (c->cold) {
+            evict(src, bytes);
+            evict(dst, bytes);
+        }
         double t0 = now();
         pthread_barrier_wait(&p->start);
         pthread_barrier_wait(&p->done);
@@ -838,7 +854,7 @@ static Stats host_series(Ctx *c, Pool *p, int method, const uint8_t *src, uint8_
     }
     if (memcmp(dst, src, bytes < 64 ? bytes : 64) || memcmp(dst + bytes / 2, src + bytes / 2, (bytes + 1) / 2))
         die("the host copy (%s, %d threads, %zu bytes) does not match its source", method_names[method], p->n, bytes);
-    Stats s = stats_of(t + WARMUPS, c->reps);
+    Stats s = stats_of(t + WARMUPS, c->host_reps);
     free(t);
     return s;
 }
@@ -1289,7 +1305,8 @@ static void print_json(FILE *f, const Ctx *c, int device_index, const int *threa
         fputs("null", f);
     else
         fprintf(f, "\"%s\"", class_names[c->staging_class]);
-    fprintf(f, ",\n \"reps\": %d, \"warmups\": %d, \"row_bytes\": %d, \"nproc\": %ld, \"threads\": [", c->reps, WARMUPS,
+    fprintf(f, ",\n \"reps\": %d, \"host_reps\": %d, \"cold\": %s, \"warmups\": %d, \"row_bytes\": %d, "
+            "\"nproc\": %ld, \"threads\": [", c->reps, c->host_reps, c->cold ? "true" : "false", WARMUPS,
             ROW_BYTES, sysconf(_SC_NPROCESSORS_ONLN));
     for (int t = 0; t < nb_threads; t++)
         fprintf(f, "%s%d", t ? ", " : "", threads[t]);
@@ -1378,8 +1395,9 @@ static void print_table(FILE *f, const Ctx *c, int device_index, const int *thre
     }
     if (c->nb_queues == 1)
         fputs("  no dedicated transfer family\n", f);
-    fprintf(f, "  %ld CPUs online; GB/s = 1e9 bytes/s, median (best) of %d after %d warm-ups\n",
-            sysconf(_SC_NPROCESSORS_ONLN), c->reps, WARMUPS);
+    fprintf(f, "  %ld CPUs online; GB/s = 1e9 bytes/s, median (best) of %d (host copies %d%s) after %d "
+            "warm-ups\n", sysconf(_SC_NPROCESSORS_ONLN), c->reps, c->host_reps,
+            c->cold ? ", caches flushed before each" : "", WARMUPS);
 
     for (int pass = 0; pass < 2; pass++) {
         int header = 0;
@@ -1411,7 +1429,7 @@ static void print_table(FILE *f, const Ctx *c, int device_index, const int *thre
         return;
     fprintf(f, "\nhost copies into malloc'd memory, GB/s by threads (rows: memcpy of %d-byte rows; whole: one memcpy "
             "per thread; stream: SSE2 non-temporal stores)%s\n  %-11s %-8s %-7s", ROW_BYTES,
-            HAVE_STREAM ? "; caches flushed before each" : "", "bytes", "source", "method");
+            HAVE_STREAM && c->cold ? "; caches flushed before each" : "", "bytes", "source", "method");
     for (int t = 0; t < nb_threads; t++) {
         snprintf(buf, sizeof(buf), "%d thread%s", threads[t], threads[t] > 1 ? "s" : "");
         fprintf(f, t + 1 < nb_threads ? " %-15s" : " %s", buf);
@@ -1440,13 +1458,16 @@ static void print_table(FILE *f, const Ctx *c, int device_index, const int *thre
 static void usage(FILE *f)
 {
     fputs("usage: bwprobe [--device N] [--sizes BYTES,...] [--frames WxH,...|none] [--reps N]\n"
-          "               [--threads N,...] [--json]\n"
+          "               [--host-reps N] [--cold] [--progress] [--threads N,...] [--json]\n"
           "  --device N       Vulkan device index (default 0)\n"
           "  --sizes LIST     buffer and host copy sizes in bytes (default 33177600,132710400: a\n"
           "                   3840x2160 and a 7680x4320 yuv422p10 frame)\n"
           "  --frames LIST    frames of the image copies, W even (default 3840x2160,7680x4320); none: no\n"
           "                   image copies\n"
-          "  --reps N         repetitions of each measurement, after 2 warm-ups (default 20)\n"
+          "  --reps N         repetitions of each GPU copy, after 2 warm-ups (default 20)\n"
+          "  --host-reps N    repetitions of each host copy, after 2 warm-ups (default 5)\n"
+          "  --cold           flush source and destination from the CPU caches before each host copy\n"
+          "  --progress       each stage on stderr as it starts, with the time since the first\n"
           "  --threads LIST   thread counts of the host copies (default 1,2,4,8)\n"
           "  --json           JSON on stdout, the table on stderr\n", f);
 }
@@ -1521,7 +1542,7 @@ static void frame_item(const char *opt, const char *s, void *out, int i)
 
 int main(int argc, char **argv)
 {
-    Ctx c = { .reps = 20 };
+    Ctx c = { .reps = 20, .host_reps = 5 };
     int device_index = 0, json = 0, nb_sizes = 2, nb_threads = 4, nb_frames = 2;
     uint64_t sizes[MAX_LIST] = { 33177600, 132710400 };
     int threads[MAX_LIST] = { 1, 2, 4, 8 };
@@ -1534,8 +1555,13 @@ int main(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--json"))
             json = 1;
+        else if (!strcmp(a, "--cold"))
+            c.cold = 1;
+        else if (!strcmp(a, "--progress"))
+            progress = 1;
         else if (i + 1 >= argc && (!strcmp(a, "--device") || !strcmp(a, "--sizes") || !strcmp(a, "--frames") ||
-                                   !strcmp(a, "--reps") || !strcmp(a, "--threads")))
+                                   !strcmp(a, "--reps") || !strcmp(a, "--threads") ||
+                                   !strcmp(a, "--host-reps")))
             usage_error("%s needs a value", a);
         else if (!strcmp(a, "--device"))
             device_index = (int)parse_uint(a, argv[++i], 0, 1023);
@@ -1545,6 +1571,8 @@ int main(int argc, char **argv)
             nb_threads = parse_list(a, argv[++i], thread_item, threads);
         else if (!strcmp(a, "--reps"))
             c.reps = (int)parse_uint(a, argv[++i], 1, 100000);
+        else if (!strcmp(a, "--host-reps"))
+            c.host_reps = (int)parse_uint(a, argv[++i], 1, 100000);
         else if (!strcmp(a, "--frames")) {
             i++;
             nb_frames = !strcmp(argv[i], "none") ? 0 : parse_list("--frames", argv[i], frame_item, frames);

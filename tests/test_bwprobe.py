@@ -108,6 +108,7 @@ def test_device_description(report):
     assert set(j["memory_classes"]) == set(CLASSES)
     assert any(t is not None for t in j["memory_classes"].values())
     assert j["reps"] == REPS and j["warmups"] == 2 and j["row_bytes"] == 7680 and j["threads"] == THREADS
+    assert j["host_reps"] == 5 and j["cold"] is False
     assert j["nproc"] >= 1
 
 
@@ -217,9 +218,9 @@ def test_gpu_run_plans_the_bandwidth_step(tmp_path: Path):
                           "bandwidth@ff", "--bandwidth-args", "--sizes 4096"], capture_output=True, text=True,
                          env=env, timeout=60)
     assert res.returncode == 0, res.stderr
-    assert "step bandwidth: timeout 120 s, log $OUT/bandwidth.log" in res.stdout
-    assert f"{pack}/bwprobe/bwprobe --device 0 --reps 20 --json --sizes 4096 > $OUT/bandwidth.json" in res.stdout
-    assert "total of the step limits: 120 s" in res.stdout
+    assert "step bandwidth: timeout 240 s, log $OUT/bandwidth.log" in res.stdout
+    assert f"{pack}/bwprobe/bwprobe --device 0 --reps 20 --progress --json --sizes 4096 > $OUT/bandwidth.json" in res.stdout
+    assert "total of the step limits: 240 s" in res.stdout
     help_text = subprocess.run(["bash", str(REPO / "scripts" / "gpu-run"), "--help"], capture_output=True,
                                text=True, timeout=60).stdout
     assert "bandwidth      issue 20" in help_text and "--bandwidth-args" in help_text
