@@ -36,6 +36,10 @@ def test_bench_quick_runs_and_reports_bitexact(tmp_path):
             assert m["steady_cpu_us_per_frame"] > 0
         # the Python path ran here (this interpreter has pyprores), it was not skipped
         assert clip["modes"]["py"]["session_s"] > 0 and clip["modes"]["py-stream"]["session_s"] > 0
+        # the streaming API's own frames were held against the software decoder's
+        n = clip["check"]["frames_sw"]
+        assert clip["modes"]["py-stream"]["frames_identical"] == f"{n}/{n}"
+        assert clip["modes"]["py-stream"]["download"] == "gpu"
     assert "bit-exact" in proc.stdout
 
 
