@@ -1,0 +1,112 @@
+"""Downloads from a discrete GPU, on lavapipe (7.1.5 series patches 17 and 22-24).
+
+hwcontext_vulkan downloads from a discrete GPU through its staging buffer, recorded in
+bands that threads copy out while the GPU writes the next ones; from lavapipe (a CPU
+device) it imports the destination instead, so CI would never run that code. A test-only
+layer (tests/tools/vk_fake_discrete.c) reports lavapipe as a discrete GPU: the ProRes
+hwaccel's frames downloaded with `-vf hwdownload` must then equal the software decoder's,
+frame for frame, with the download really banded (the layer counts the copies), odd sizes
+and 4 planes included, and the validation layer silent when asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT, validation_messages, vulkan_env
+
+LAYER = "VK_LAYER_PPR_fake_discrete"
+
+# name: size, prores_ks profile, input and output formats, encoder options
+CLIPS = {
+    "1080p-422hq": ("1920x1080", 3, "yuv422p10le", "yuv422p10le", []),
+    "odd-1921x1081-4444-alpha": ("1921x1081", 4, "yuva444p10le", "yuva444p12le",
+                                 ["-alpha_bits", "16"]),
+    "odd-17x33-4444": ("17x33", 4, "yuv444p10le", "yuv444p12le", []),
+}
+FRAMES = 2
+
+
+def vulkan_headers() -> Path | None:
+    for base in (REPO_ROOT.parent / "shared", REPO_ROOT / "shared"):
+        found = sorted((base / "vendor").glob("vulkan-headers-*/include"))
+        if found:
+            return found[-1]
+    return None
+
+
+@pytest.fixture(scope="module")
+def layer_dir(tmp_path_factory) -> Path:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    inc = vulkan_headers()
+    if not cc or not inc:
+        pytest.skip("no C compiler or no vendored Vulkan headers for the test layer")
+    d = tmp_path_factory.mktemp("fake-discrete")
+    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-I", str(inc),
+                    "-o", str(d / "libVkLayer_PPR_fake_discrete.so"),
+                    str(REPO_ROOT / "tests" / "tools" / "vk_fake_discrete.c"), "-lpthread"],
+                   check=True, capture_output=True, text=True)
+    (d / "VkLayer_PPR_fake_discrete.json").write_text(json.dumps({
+        "file_format_version": "1.1.2",
+        "layer": {"name": LAYER, "type": "GLOBAL",
+                  "library_path": "./libVkLayer_PPR_fake_discrete.so",
+                  "api_version": "1.3.0", "implementation_version": "1",
+                  "description": "test only: every device reports a discrete GPU",
+                  "functions": {"vkGetInstanceProcAddr": "fd_GetInstanceProcAddr",
+                                "vkGetDeviceProcAddr": "fd_GetDeviceProcAddr"}}}))
+    return d
+
+
+def make_clip(ffmpeg: Path, name: str, d: Path) -> Path:
+    size, profile, pin, _, extra = CLIPS[name]
+    w, h = (int(v) for v in size.split("x"))
+    out = d / f"{name}.mov"
+    # testsrc2 rounds its size down to even numbers: odd sizes come from scale
+    src = f"testsrc2=s={w + w % 2}x{h + h % 2}:r=24:d={FRAMES / 24:.4f},scale={w}:{h}"
+    subprocess.run([str(ffmpeg), "-hide_banner", "-nostdin", "-loglevel", "error", "-y",
+                    "-f", "lavfi", "-i", src, "-vf", f"noise=alls=14:allf=t+u,format={pin}",
+                    "-frames:v", str(FRAMES), "-c:v", "prores_ks", "-profile:v", str(profile),
+                    *extra, str(out)], check=True, env={**os.environ, "VK_INSTANCE_LAYERS": ""})
+    return out
+
+
+def hashes(framemd5: str) -> list[str]:
+    return [l.rsplit(",", 1)[-1].strip() for l in framemd5.splitlines() if l and not l.startswith("#")]
+
+
+@pytest.mark.parametrize("cpus", [4, 2])
+@pytest.mark.parametrize("name", list(CLIPS))
+def test_discrete_gpu_downloads_are_bit_exact(ffmpeg_bin, layer_dir, tmp_path, name, cpus):
+    clip = make_clip(ffmpeg_bin, name, tmp_path)
+    fmt = CLIPS[name][3]
+    sw = subprocess.run([str(ffmpeg_bin), "-hide_banner", "-nostdin", "-v", "error", "-i", str(clip),
+                         "-f", "framemd5", "-pix_fmt", fmt, "-"], capture_output=True, text=True, check=True)
+    stats = tmp_path / "stats.txt"
+    env = vulkan_env(validate=True)
+    env.update(VK_ADD_LAYER_PATH=str(layer_dir), VK_INSTANCE_LAYERS=LAYER, FD_STATS=str(stats))
+    vk = subprocess.run([str(ffmpeg_bin), "-hide_banner", "-nostdin", "-v", "verbose", "-cpucount", str(cpus),
+                         "-init_hw_device", "vulkan=vk:0", "-hwaccel", "vulkan",
+                         "-hwaccel_output_format", "vulkan", "-i", str(clip),
+                         "-vf", f"hwdownload,format={fmt}", "-f", "framemd5", str(tmp_path / "vk.framemd5")],
+                        capture_output=True, text=True, env=env, timeout=600)
+    log = vk.stdout + vk.stderr     # the validation layer writes to stdout
+    assert vk.returncode == 0, log[-3000:]
+    assert "(discrete)" in log and "initialised on" in log, log[-3000:]
+    got = hashes((tmp_path / "vk.framemd5").read_text())
+    assert got == hashes(sw.stdout) and len(got) == FRAMES
+    assert not validation_messages(log)
+    text = stats.read_text()
+    banded = int(re.search(r"imageOffset\.y > 0: (\d+)", text).group(1))
+    imports = int(re.search(r"GetMemoryHostPointerProperties (\d+)", text).group(1))
+    assert imports == 0, text      # the staging path: the destination is not imported
+    if name.startswith("odd-17x33"):
+        assert banded == 0    # a frame this small is copied out in one piece
+    else:
+        assert banded > 0, stats.read_text()    # copied out in bands
