@@ -293,7 +293,8 @@ class StreamDecoder:
     ``backend``: ``"vulkan"`` (never a software fallback) or ``"software"``.
     ``device``: the Vulkan device (None, an index, or a name substring).
     ``threads``: software slice threads (0 = automatic). ``max_in_flight``:
-    Vulkan frames decoding at once (FFmpeg frame threads, >= 1).
+    Vulkan frames decoding at once (FFmpeg frame threads, >= 1; 8 by default:
+    with error detection each thread waits for its frame's slice report).
     ``reuse_buffers``: False gives each frame arrays of its own (those of an
     earlier frame are written again only once nothing refers to them: no
     frame, view or other reference, so no fresh pages per frame); True writes every
@@ -334,7 +335,7 @@ class StreamDecoder:
     """
 
     def __init__(self, source: str | os.PathLike | PacketSource, backend: str = "vulkan",
-                 device: str | int | None = None, threads: int = 0, max_in_flight: int = 4,
+                 device: str | int | None = None, threads: int = 0, max_in_flight: int = 8,
                  *, reuse_buffers: bool | dict[str, np.ndarray] = False,
                  codec_tag: native.CodecTag | None = None, err_detect: bool = True,
                  prefetch: int = 2, download_thread: bool = False,
@@ -748,7 +749,7 @@ class StreamDecoder:
 
 
 def open_decoder(source: str | os.PathLike | PacketSource, backend: str = "vulkan",
-                 device: str | int | None = None, threads: int = 0, max_in_flight: int = 4,
+                 device: str | int | None = None, threads: int = 0, max_in_flight: int = 8,
                  **kwargs: Any) -> StreamDecoder:
     """Open a streaming decoder (see :class:`StreamDecoder`); use it with ``with``."""
     return StreamDecoder(source, backend, device, threads, max_in_flight, **kwargs)
