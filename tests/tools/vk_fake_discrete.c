@@ -1,9 +1,16 @@
 /* vk_fake_discrete: a test-only Vulkan layer (tests/test_discrete_downloads.py).
  * - reports every physical device as a discrete GPU, so that FFmpeg's hwcontext_vulkan takes
  *   its discrete-GPU download path (the staging buffer, copied out in bands by threads: 7.1.5
- *   series patches 17 and 22-24) on lavapipe;
+ *   series patches 17 and 22-24, 9.0.2 series 17-20) on lavapipe;
  * - with FD_NO_HOST_MEMORY set, hides VK_EXT_external_memory_host (uploads through the
  *   staging buffer too, synchronously);
+ * - with FD_NO_HOST_IMAGE_COPY set, hides VK_EXT_host_image_copy (FFmpeg 9's downloads and
+ *   uploads then record a copy on a queue instead of copying on the host);
+ * - with FD_NO_SHADER_OBJECT set, hides VK_EXT_shader_object (FFmpeg 9 leaves it out only
+ *   when its own debug option loads the validation layer; Debian 12's layer, enabled through
+ *   VK_INSTANCE_LAYERS, predates it and the first vkCreateShadersEXT crashes);
+ * - with FD_ALIGN1 set, reports optimalBufferCopyOffsetAlignment and
+ *   optimalBufferCopyRowPitchAlignment as 1, as NVIDIA's driver does;
  * - with FD_STATS=FILE, appends counts of a few calls to FILE when it is unloaded.
  * Dispatch is kept per instance and per device (keyed by the loader's dispatch pointer), as
  * instances and devices with different layer chains may live side by side. */
@@ -109,17 +116,26 @@ static VKAPI_ATTR VkResult VKAPI_CALL fd_enum_pd(VkInstance inst, uint32_t *coun
     return ret;
 }
 
+static void fd_fix_props(VkPhysicalDeviceProperties *p)
+{
+    p->deviceType = VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU;
+    if (getenv("FD_ALIGN1")) {
+        p->limits.optimalBufferCopyOffsetAlignment = 1;
+        p->limits.optimalBufferCopyRowPitchAlignment = 1;
+    }
+}
+
 static VKAPI_ATTR void VKAPI_CALL fd_props(VkPhysicalDevice pd, VkPhysicalDeviceProperties *p)
 {
     inst_of_pd(pd)->props(pd, p);
-    p->deviceType = VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU;
+    fd_fix_props(p);
 }
 
 static VKAPI_ATTR void VKAPI_CALL fd_props2(VkPhysicalDevice pd, VkPhysicalDeviceProperties2 *p)
 {
     Inst *in = inst_of_pd(pd);
     (in->props2 ? in->props2 : in->props2khr)(pd, p);
-    p->properties.deviceType = VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU;
+    fd_fix_props(&p->properties);
 }
 
 static VKAPI_ATTR VkResult VKAPI_CALL fd_enum_dev_ext(VkPhysicalDevice pd, const char *layer,
@@ -130,7 +146,10 @@ static VKAPI_ATTR VkResult VKAPI_CALL fd_enum_dev_ext(VkPhysicalDevice pd, const
     VkExtensionProperties *all;
     VkResult ret;
 
-    if (layer || !getenv("FD_NO_HOST_MEMORY"))
+    int no_mem = !!getenv("FD_NO_HOST_MEMORY"), no_hic = !!getenv("FD_NO_HOST_IMAGE_COPY");
+    int no_so = !!getenv("FD_NO_SHADER_OBJECT");
+
+    if (layer || (!no_mem && !no_hic && !no_so))
         return in->enum_dev_ext(pd, layer, count, props);
     ret = in->enum_dev_ext(pd, NULL, &n, NULL);
     if (ret != VK_SUCCESS)
@@ -142,7 +161,9 @@ static VKAPI_ATTR VkResult VKAPI_CALL fd_enum_dev_ext(VkPhysicalDevice pd, const
         return ret;
     }
     for (uint32_t i = 0; i < n; i++)
-        if (strcmp(all[i].extensionName, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME))
+        if (!(no_mem && !strcmp(all[i].extensionName, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME)) &&
+            !(no_hic && !strcmp(all[i].extensionName, VK_EXT_HOST_IMAGE_COPY_EXTENSION_NAME)) &&
+            !(no_so && !strcmp(all[i].extensionName, VK_EXT_SHADER_OBJECT_EXTENSION_NAME)))
             all[m++] = all[i];
     if (!props) {
         *count = m;
