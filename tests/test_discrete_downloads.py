@@ -140,3 +140,34 @@ def test_discrete_gpu_downloads_are_bit_exact(layer_dir, tmp_path, name, cpus, b
         assert banded == 0    # a frame this small is copied out in one piece
     else:
         assert banded > 0, stats.read_text()    # copied out in bands
+
+
+@pytest.mark.parametrize("fmt", ["yuv422p10le", "yuva444p12le"])
+def test_round_trips_share_the_staging_pool(layer_dir, tmp_path, fmt):
+    """FFmpeg 9.0.2 takes upload and download staging buffers from one pool (9.0.2 series
+    patch 21): with both directions through it, an hwupload/hwdownload round trip gives
+    back the frames it was given, and no buffer is used for a copy its usage does not
+    allow (VUID-vkCmdCopyImageToBuffer-dstBuffer-00191, -vkCmdCopyBufferToImage-srcBuffer-00174)."""
+    ff = BUILD_9
+    if not (ff / "bin" / "ffmpeg").is_file():
+        if os.environ.get("CI"):
+            pytest.fail(f"no FFmpeg build at {ff}")
+        pytest.skip(f"no FFmpeg build at {ff}")
+    ffmpeg = str(ff / "bin" / "ffmpeg")
+    src = "testsrc2=s=1920x1080:r=24:d=0.25,noise=alls=20:allf=t"
+    ref = subprocess.run([ffmpeg, "-hide_banner", "-nostdin", "-v", "error", "-f", "lavfi", "-i", src,
+                          "-vf", f"format={fmt}", "-f", "framemd5", "-"], capture_output=True, text=True,
+                         check=True, env={**os.environ, "VK_INSTANCE_LAYERS": ""})
+    env = vulkan_env(validate=True)
+    env.update(VK_ADD_LAYER_PATH=str(layer_dir), VK_INSTANCE_LAYERS=LAYER, LD_LIBRARY_PATH=str(ff / "lib"),
+               FD_NO_HOST_IMAGE_COPY="1", FD_NO_SHADER_OBJECT="1", FD_NO_HOST_MEMORY="1",
+               VK_LAYER_DISABLES="VK_VALIDATION_FEATURE_DISABLE_SHADERS_EXT")
+    out = tmp_path / "rt.framemd5"
+    res = subprocess.run([ffmpeg, "-hide_banner", "-nostdin", "-v", "verbose",
+                          "-init_hw_device", "vulkan=vk:0,avoid_host_import=1", "-filter_hw_device", "vk",
+                          "-f", "lavfi", "-i", src, "-vf", f"format={fmt},hwupload,hwdownload,format={fmt}",
+                          "-f", "framemd5", str(out)], capture_output=True, text=True, env=env, timeout=600)
+    log = res.stdout + res.stderr
+    assert res.returncode == 0, log[-3000:]
+    assert hashes(out.read_text()) == hashes(ref.stdout) and len(hashes(ref.stdout)) == 6
+    assert not validation_messages(log, KNOWN_LAYER_NOISE + NOISE_9)
