@@ -136,7 +136,8 @@ static int pick_memory_type(const VkPhysicalDeviceMemoryProperties *props, uint3
 
 /* The family copies go to: one with transfer but neither graphics nor
  * compute (a copy engine, which leaves the decoder's queues alone) when the
- * device has it, else any that can transfer. */
+ * device has it, preferably one without video or optical flow work (NVIDIA's
+ * decode family can transfer too), else any that can transfer. */
 static int pick_queue_family(const AVVulkanDeviceContext *hw, uint32_t *qf, int *nb)
 {
     int i, best = -1, best_score = -1;
@@ -147,7 +148,9 @@ static int pick_queue_family(const AVVulkanDeviceContext *hw, uint32_t *qf, int 
         if (hw->qf[i].num < 1 ||
             !(fl & (VK_QUEUE_TRANSFER_BIT | VK_QUEUE_GRAPHICS_BIT | VK_QUEUE_COMPUTE_BIT)))
             continue;
-        score = (fl & (VK_QUEUE_GRAPHICS_BIT | VK_QUEUE_COMPUTE_BIT)) ? 0 : 2;
+        score = (fl & (VK_QUEUE_GRAPHICS_BIT | VK_QUEUE_COMPUTE_BIT)) ? 0 : 4;
+        score += (fl & (VK_QUEUE_VIDEO_DECODE_BIT_KHR | VK_QUEUE_VIDEO_ENCODE_BIT_KHR |
+                        VK_QUEUE_OPTICAL_FLOW_BIT_NV)) ? 0 : 2;
         score += !(fl & VK_QUEUE_GRAPHICS_BIT);
         if (score > best_score) {
             best = i;
