@@ -1800,6 +1800,31 @@ int ppr_receive_frame(ppr_session *s, ppr_stream_frame *out)
  * `sw` (a scratch frame, unreferenced on return) unless the planes are unpadded.
  * Touches no session state but s->err (s may be NULL: the message is only this
  * thread's). */
+/* Do out's planes have the count and sizes of the received frame's layout
+ * `want`? 0 or PPR_EINVAL with a message. */
+static int check_layout(ppr_session *s, const ppr_planes *want, const ppr_planes *out)
+{
+    int i;
+
+    if (out->count != want->count)
+        return sfail(s, PPR_EINVAL, "the frame has %d planes, got %d", want->count, out->count);
+    for (i = 0; i < want->count; i++)
+        if (out->plane[i].width != want->plane[i].width ||
+            out->plane[i].height != want->plane[i].height)
+            return sfail(s, PPR_EINVAL, "plane %d: the frame's plane is %dx%d, got %dx%d",
+                         i, want->plane[i].width, want->plane[i].height,
+                         out->plane[i].width, out->plane[i].height);
+    return 0;
+}
+
+/* The received frame's damage report, as a download gives it */
+static void copy_damage(ppr_planes *out, const ppr_planes *want)
+{
+    out->corrupt = want->corrupt;
+    out->error_flags = want->error_flags;
+    out->concealed = want->concealed;
+}
+
 static int download_into(ppr_session *s, AVFrame *frame, AVFrame *sw, int vulkan,
                          enum AVPixelFormat fmt, const ppr_planes *want, ppr_planes *out)
 {
@@ -1807,22 +1832,17 @@ static int download_into(ppr_session *s, AVFrame *frame, AVFrame *sw, int vulkan
     char msg[PPR_MSG_SIZE];
     int i, ret, direct = 1;
 
-    if (out->count != want->count)
-        return sfail(s, PPR_EINVAL, "the frame has %d planes, got %d", want->count, out->count);
+    if ((ret = check_layout(s, want, out)) < 0)
+        return ret;
     for (i = 0; i < want->count; i++) {
         const ppr_plane *p = &out->plane[i];
-        if (p->width != want->plane[i].width || p->height != want->plane[i].height)
-            return sfail(s, PPR_EINVAL, "plane %d: the frame's plane is %dx%d, got %dx%d",
-                         i, want->plane[i].width, want->plane[i].height, p->width, p->height);
         if (p->data && p->stride < (ptrdiff_t)p->width * 2)
             return sfail(s, PPR_EINVAL, "plane %d: stride %td < %d bytes per row", i,
                          p->stride, p->width * 2);
         if (!p->data || p->stride != (ptrdiff_t)p->width * 2)
             direct = 0;
     }
-    out->corrupt = want->corrupt;
-    out->error_flags = want->error_flags;
-    out->concealed = want->concealed;
+    copy_damage(out, want);
 
     if (vulkan) {
         av_frame_unref(sw);
@@ -1917,7 +1937,7 @@ ppr_host_buffer *ppr_host_buffer_new(ppr_session *s, size_t size)
 
 int ppr_download_start(ppr_session *s, ppr_host_buffer *b, ppr_planes *out)
 {
-    int i, ret;
+    int ret;
 
     enter(s);
     if (!s || !b || !out)
@@ -1927,23 +1947,14 @@ int ppr_download_start(ppr_session *s, ppr_host_buffer *b, ppr_planes *out)
     if (s->backend != BACKEND_VULKAN)
         return leave(sfail(s, PPR_EINVAL, "host buffers take Vulkan frames: use "
                            "ppr_download_frame for a software session"));
-    if (out->count != s->st_layout.count)
-        return leave(sfail(s, PPR_EINVAL, "the frame has %d planes, got %d",
-                           s->st_layout.count, out->count));
-    for (i = 0; i < out->count; i++)
-        if (out->plane[i].width != s->st_layout.plane[i].width ||
-            out->plane[i].height != s->st_layout.plane[i].height)
-            return leave(sfail(s, PPR_EINVAL, "plane %d: the frame's plane is %dx%d, got %dx%d", i,
-                               s->st_layout.plane[i].width, s->st_layout.plane[i].height,
-                               out->plane[i].width, out->plane[i].height));
+    if ((ret = check_layout(s, &s->st_layout, out)) < 0)
+        return leave(ret);
     ret = ppr__host_download_start(b, s->frame, out);
     if (ret < 0) {
         snprintf(s->err, sizeof(s->err), "%s", tls_err);
         return leave(ret);
     }
-    out->corrupt = s->st_layout.corrupt;
-    out->error_flags = s->st_layout.error_flags;
-    out->concealed = s->st_layout.concealed;
+    copy_damage(out, &s->st_layout);
     av_frame_unref(s->frame);   /* moved into the buffer already */
     av_frame_unref(s->swframe);
     s->st_have = 0;
