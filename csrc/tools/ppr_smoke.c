@@ -76,6 +76,18 @@ static int same_layout(const ppr_planes *a, const ppr_planes *b)
 
 #define MAX_PACKETS 64
 
+/* The size of the packet at pos (its first 4 bytes, big-endian, as ProRes
+ * frames start), or 0 when fewer than 8 bytes are left, or the size is below 8
+ * or runs past the end of the data. */
+static long packet_at(const uint8_t *data, long size, long pos)
+{
+    long psize;
+    if (pos < 0 || pos + 8 > size)
+        return 0;
+    psize = (long)((uint32_t)data[pos] << 24 | data[pos + 1] << 16 | data[pos + 2] << 8 | data[pos + 3]);
+    return psize >= 8 && pos + psize <= size ? psize : 0;
+}
+
 /* A frame taken out of the session in prepared_and_taken(), downloaded after
  * ppr_close (its handle keeps the frames context and device alive), and the
  * software decode it must equal. */
@@ -101,9 +113,8 @@ static int prepared_and_taken(ppr_session *s, ppr_session *ref, const uint8_t *d
     ppr_planes none = { 0 };
 
     for (pos = 0; pos + 8 <= size && n < MAX_PACKETS; n++) {
-        long psize = (long)((uint32_t)data[pos] << 24 | data[pos + 1] << 16 |
-                            data[pos + 2] << 8 | data[pos + 3]);
-        if (psize < 8 || pos + psize > size)
+        long psize = packet_at(data, size, pos);
+        if (!psize)
             break;
         off[n] = pos;
         len[n] = psize;
@@ -350,9 +361,8 @@ static int host_buffers(ppr_session *s, ppr_session *ref, const uint8_t *data, l
     ret = ppr_stream_config(s, 2, 0);
     CHECK(ret == 0, "stream config (host buffers): %s", ppr_strerror(ret));
     while (!eof) {
-        long psize = pos + 8 <= size ? (long)((uint32_t)data[pos] << 24 | data[pos + 1] << 16 |
-                                              data[pos + 2] << 8 | data[pos + 3]) : 0;
-        const uint8_t *pkt = psize >= 8 && pos + psize <= size ? data + pos : NULL;
+        long psize = packet_at(data, size, pos);
+        const uint8_t *pkt = psize ? data + pos : NULL;
         ret = ppr_send_packet(s, pkt, pkt ? (size_t)psize : 0, tag, sent);
         if (!pkt)
             eof = 1;
@@ -383,9 +393,7 @@ static int host_buffers(ppr_session *s, ppr_session *ref, const uint8_t *data, l
             if (alloc_planes(&want[k], 0) < 0)
                 return failures + 1;
             ret = -1;
-            for (long q = 0, i = 0; q + 8 <= size; i++) {
-                long qs = (long)((uint32_t)data[q] << 24 | data[q + 1] << 16 |
-                                 data[q + 2] << 8 | data[q + 3]);
+            for (long q = 0, i = 0, qs; (qs = packet_at(data, size, q)); i++) {
                 if (i == sf.pts) {
                     ret = ppr_decode(ref, data + q, (size_t)qs, tag, &want[k]);
                     break;
@@ -477,12 +485,12 @@ int main(int argc, char **argv)
           "device sessions: %d, %d (want %d)", ppr_device_sessions(s), ppr_device_sessions(s2), ret);
 
     for (pos = 0; pos + 8 <= size; packets++) {
-        long psize = (long)((uint32_t)data[pos] << 24 | data[pos + 1] << 16 | data[pos + 2] << 8 | data[pos + 3]);
+        long psize = packet_at(data, size, pos);
         const uint8_t *pkt = data + pos;
         ppr_frame_info info;
         ppr_planes whole, rebuilt;
 
-        if (psize < 8 || pos + psize > size) {
+        if (!psize) {
             fprintf(stderr, "bad packet size at %ld\n", pos);
             failures++;
             break;
@@ -564,9 +572,8 @@ int main(int argc, char **argv)
             ret = ppr_stream_config(s2, 2, PPR_STREAM_ERR_DETECT);
             CHECK(ret == 0, "stream config: %s", ppr_strerror(ret));
             for (pos = 0; pos + 8 <= size && !eof; ) {
-                long psize = (long)((uint32_t)data[pos] << 24 | data[pos + 1] << 16 |
-                                    data[pos + 2] << 8 | data[pos + 3]);
-                const uint8_t *pkt = psize >= 8 && pos + psize <= size ? data + pos : NULL;
+                long psize = packet_at(data, size, pos);
+                const uint8_t *pkt = psize ? data + pos : NULL;
                 if (round == 1 && sent == 2)
                     break;                              /* abandon: reset below */
                 ret = ppr_send_packet(s2, pkt, pkt ? (size_t)psize : 0, tag, sent);
