@@ -62,6 +62,8 @@
 
 #include <vulkan/vulkan.h>
 
+#include "json_str.h"
+
 #define ROW_BYTES 7680          /* one row of 3840 16-bit samples */
 #define WARMUPS 2
 #define MAX_LIST 32
@@ -228,21 +230,6 @@ static const char *flag_str(char *buf, size_t size, uint32_t flags, const Flag *
     if (!len)
         snprintf(buf, size, "none");
     return buf;
-}
-
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = *s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20 || c >= 0x7f)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
 }
 
 /* the flag names as a JSON array */

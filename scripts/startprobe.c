@@ -45,6 +45,7 @@
 #include <libavutil/hwcontext_vulkan.h>
 #include <libavutil/pixdesc.h>
 
+#include "json_str.h"
 #include "read_packets.h"
 #include "since_exec.h"
 
@@ -55,23 +56,6 @@ static double now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9 - t_main;
-}
-
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = *s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c == '\n')
-            fputs("\\n", f);
-        else if (c < 0x20 || c >= 0x7f)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
 }
 
 /* ------------------------------------------------------------------ marks and log lines */
