@@ -22,7 +22,10 @@ validation_errors(result.stderr).
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -59,6 +62,23 @@ KNOWN_LAYER_NOISE = (
 )
 # pyprores.native sessions opened by tests filter the same messages.
 os.environ.setdefault("PYPRORES_VALIDATION_IGNORE", ";".join(KNOWN_LAYER_NOISE))
+
+
+def load_script(name: str):
+    """scripts/NAME (a Python script without .py, e.g. gpu-pack) loaded as a module."""
+    loader = importlib.machinery.SourceFileLoader(name.replace("-", "_"), str(REPO_ROOT / "scripts" / name))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def c_compiler() -> str:
+    """$CC, else cc or gcc; skips the test when there is none."""
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler")
+    return cc
 
 
 def ffmpeg_dir_path() -> Path:

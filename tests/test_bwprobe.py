@@ -4,18 +4,15 @@ lavapipe with tiny sizes, under the validation layer when the suite asks for it:
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import json
 import math
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import validation_messages, validation_requested, vulkan_env
+from conftest import c_compiler, load_script, validation_messages, vulkan_env
 
 REPO = Path(__file__).resolve().parent.parent
 SIZES = [65536, 100003]             # one size not a multiple of the 7680-byte row
@@ -25,26 +22,11 @@ REPS = 2
 CLASSES = ("cached_coherent", "cached", "coherent")
 
 
-def load_gpu_pack():
-    loader = importlib.machinery.SourceFileLoader("gpu_pack", str(REPO / "scripts" / "gpu-pack"))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
-
-
-def compiler() -> str:
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        pytest.skip("no C compiler")
-    return cc
-
-
 @pytest.fixture(scope="module")
 def pack(tmp_path_factory) -> Path:
     """A pack directory with bwprobe/bwprobe built by gpu-pack's own function."""
-    cc = compiler()
-    gp = load_gpu_pack()
+    cc = c_compiler()
+    gp = load_script("gpu-pack")
     root = tmp_path_factory.mktemp("gpu")
     old = os.environ.get("CC")
     os.environ["CC"] = cc
@@ -76,8 +58,8 @@ def report(probe: Path) -> tuple[dict, str]:
 
 
 def test_compiles_without_warnings(tmp_path: Path):
-    gp = load_gpu_pack()
-    subprocess.run([compiler(), "-O2", "-Wall", "-Wextra", "-Werror", f"-I{gp.vulkan_include()}", "-o",
+    gp = load_script("gpu-pack")
+    subprocess.run([c_compiler(), "-O2", "-Wall", "-Wextra", "-Werror", f"-I{gp.vulkan_include()}", "-o",
                     str(tmp_path / "bwprobe"), str(REPO / "scripts" / "bwprobe.c"), "-ldl", "-lpthread"],
                    check=True)
 
@@ -227,5 +209,5 @@ def test_gpu_run_plans_the_bandwidth_step(tmp_path: Path):
 
 
 def test_pack_reserves_the_name(tmp_path: Path):
-    gp = load_gpu_pack()
+    gp = load_script("gpu-pack")
     assert gp.main(["--out", str(tmp_path / "g"), "--dry-run", "bwprobe=/x"]) == 2

@@ -18,13 +18,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import KNOWN_LAYER_NOISE, REPO_ROOT, ffmpeg_dir_path, validation_messages, vulkan_env
+from conftest import (KNOWN_LAYER_NOISE, REPO_ROOT, c_compiler, ffmpeg_dir_path, load_script,
+                      validation_messages, vulkan_env)
 
 LAYER = "VK_LAYER_PPR_fake_discrete"
 
@@ -49,20 +49,10 @@ NOISE_9 = ("VUID-VkDescriptorImageInfo-imageLayout-00344", "VUID-vkCmdDispatch-N
            "VUID-VkPipelineShaderStageCreateInfo-pSpecializationInfo-06719")
 
 
-def vulkan_headers() -> Path | None:
-    for base in (REPO_ROOT.parent / "shared", REPO_ROOT / "shared"):
-        found = sorted((base / "vendor").glob("vulkan-headers-*/include"))
-        if found:
-            return found[-1]
-    return None
-
-
 @pytest.fixture(scope="module")
 def layer_dir(tmp_path_factory) -> Path:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    inc = vulkan_headers()
-    if not cc or not inc:
-        pytest.skip("no C compiler or no vendored Vulkan headers for the test layer")
+    cc = c_compiler()
+    inc = load_script("gpu-pack").vulkan_include()     # the headers gpu-pack builds its tools with
     d = tmp_path_factory.mktemp("fake-discrete")
     subprocess.run([cc, "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-I", str(inc),
                     "-o", str(d / "libVkLayer_PPR_fake_discrete.so"),

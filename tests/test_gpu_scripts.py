@@ -4,8 +4,6 @@ FFmpeg build needed."""
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -13,17 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import load_script
+
 REPO = Path(__file__).resolve().parent.parent
 GPU_RUN = REPO / "scripts" / "gpu-run"
 GPU_PACK = REPO / "scripts" / "gpu-pack"
-
-
-def load_gpu_pack():
-    loader = importlib.machinery.SourceFileLoader("gpu_pack", str(GPU_PACK))
-    spec = importlib.util.spec_from_loader("gpu_pack", loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
 
 
 @pytest.fixture
@@ -127,7 +119,7 @@ def test_help_lists_the_steps():
 
 
 def test_pack_rejects_bad_build_names(tmp_path: Path):
-    gp = load_gpu_pack()
+    gp = load_script("gpu-pack")
     assert gp.main(["--out", str(tmp_path / "g"), "--dry-run", "no-equals-sign"]) == 2
     assert gp.main(["--out", str(tmp_path / "g"), "--dry-run", "debs=/x"]) == 2
     assert gp.main(["--out", str(tmp_path / "g"), "--dry-run", "a=/x", "a=/y"]) == 2
@@ -137,7 +129,7 @@ def test_set_runpath_makes_a_binary_relocatable(tmp_path: Path):
     cc = shutil.which("cc") or shutil.which("gcc")
     if not cc or not shutil.which("readelf"):
         pytest.skip("needs cc and readelf")
-    gp = load_gpu_pack()
+    gp = load_script("gpu-pack")
     src = tmp_path / "hello.c"
     src.write_text('#include <stdio.h>\nint main(void) { puts("hello"); return 0; }\n')
     exe = tmp_path / "hello"

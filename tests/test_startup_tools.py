@@ -4,8 +4,6 @@ uses. Compiled against each FFmpeg build there is and run on lavapipe: about a s
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import json
 import os
 import shutil
@@ -14,23 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import c_compiler, load_script
+
 REPO = Path(__file__).resolve().parent.parent
 BUILDS = {"7.1.5": REPO / "build" / "ffmpeg", "9.0.2": REPO / "build" / "ffmpeg-9.0.2"}
-
-
-def load_script(name: str):
-    loader = importlib.machinery.SourceFileLoader(name.replace("-", "_"), str(REPO / "scripts" / name))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
-
-
-def compiler() -> str:
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        pytest.skip("no C compiler")
-    return cc
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +23,7 @@ def shim(tmp_path_factory) -> Path:
     """scripts/vktime.c built as gpu-pack builds it: DIR/libvulkan.so.1."""
     gp = load_script("gpu-pack")
     d = tmp_path_factory.mktemp("vktime")
-    cc = compiler()
+    cc = c_compiler()
     os.environ.setdefault("CC", cc)
     gp.pack_vktime(d, gp.vulkan_include(BUILDS["7.1.5"] if BUILDS["7.1.5"].exists() else None), dry=False)
     return d
@@ -47,7 +32,7 @@ def shim(tmp_path_factory) -> Path:
 def build_probe(ffdir: Path, out: Path) -> Path:
     gp = load_script("gpu-pack")
     exe = out / "startprobe"
-    subprocess.run([compiler(), "-O2", "-Wall", "-Werror", "-o", str(exe), str(REPO / "scripts" / "startprobe.c"),
+    subprocess.run([c_compiler(), "-O2", "-Wall", "-Werror", "-o", str(exe), str(REPO / "scripts" / "startprobe.c"),
                     f"-I{ffdir / 'include'}", f"-I{gp.vulkan_include(ffdir)}", f"-L{ffdir / 'lib'}",
                     "-lavformat", "-lavcodec", "-lavutil", "-ldl", "-lpthread", f"-Wl,-rpath,{ffdir / 'lib'}"],
                    check=True)
