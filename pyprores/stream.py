@@ -61,6 +61,11 @@ def _refcounts(arrays: dict[str, np.ndarray]) -> list[int]:
 _FREE_REFS = _refcounts({"x": np.empty(1, np.uint16)})[0]
 
 
+def _shapes(layout: Any) -> dict[str, tuple[int, int]]:
+    """The (rows, samples) of each plane of a ppr_planes layout, by plane name."""
+    return {PLANE_NAMES[i]: (layout.plane[i].height, layout.plane[i].width) for i in range(layout.count)}
+
+
 def _unheld(arrays: dict[str, np.ndarray]) -> bool:
     """True when nothing but ``arrays`` refers to its planes (no frame, view or caller)."""
     return all(r == _FREE_REFS for r in _refcounts(arrays))
@@ -158,6 +163,9 @@ class _Download:
         self.frame, self.handle, self.planes, self.keep = frame, handle, planes, keep
         self.error: BaseException | None = None
         self.done = threading.Event()
+
+    def wait(self) -> None:
+        self.done.wait()
 
 
 class _GpuCopy:
@@ -455,10 +463,7 @@ class StreamDecoder:
 
     def _finish(self, job: _Download | _GpuCopy) -> DecodedFrame:
         """Wait for ``job``'s download; its frame, or its error."""
-        if isinstance(job, _GpuCopy):
-            job.wait()
-        else:
-            job.done.wait()
+        job.wait()
         frame, job.frame = job.frame, None
         if job.error is not None:
             error, job.error = job.error, None
@@ -579,8 +584,7 @@ class StreamDecoder:
             raise DecodeError(f"{self._where()}: frame {n}: {e}") from None
 
     def _arrays(self, layout: Any) -> dict[str, np.ndarray]:
-        shapes = {PLANE_NAMES[i]: (layout.plane[i].height, layout.plane[i].width)
-                  for i in range(layout.count)}
+        shapes = _shapes(layout)
         if isinstance(self._reuse, dict):
             got = {k: tuple(v.shape) for k, v in self._reuse.items()}
             if got != shapes:
@@ -648,8 +652,7 @@ class StreamDecoder:
     def _host_planes(self, ptr: Any, layout: Any) -> _HostPlanes:
         """A set of host-buffer planes for ``layout``: the reused one, or a
         spare one nothing holds any more, or a new one."""
-        shapes = {PLANE_NAMES[i]: (layout.plane[i].height, layout.plane[i].width)
-                  for i in range(layout.count)}
+        shapes = _shapes(layout)
         if self._reuse:
             if self._buffers is None or self._buffers.shapes != shapes:
                 self._buffers = None   # the old buffer goes with its last array
