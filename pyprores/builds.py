@@ -15,7 +15,7 @@ libavcodec, and :mod:`pyprores.native` loads it on import.
 
 Environment, most specific first:
   ``PYPRORES_NATIVE_DIR``  an extension directory of any name (its BUILDINFO.json
-                           names the FFmpeg build; scripts/bench --native uses it)
+                           names the FFmpeg build; tools/gpu/bench --native uses it)
   ``PYPRORES_BUILD``       a name as above; "" or "default" for the default
   ``PYPRORES_FFMPEG_DIR``  the FFmpeg build of the default (bin/ffmpeg for corpus,
                            fuzz seeds and tests), as before

@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "else build/ffmpeg of the checkout)")
     cor.add_argument("--jobs", "-j", type=_positive, metavar="N", help="parallel encodes (default: CPU count)")
     cor.add_argument("--recipes", action="store_true",
-                     help="print the recipe list (TSV, as scripts/conformance-gpu reads it) instead of encoding")
+                     help="print the recipe list (TSV, as tools/gpu/conformance-gpu reads it) instead of encoding")
     cor.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="force the progress bar on or off (default: on when stderr is a terminal)")
     cor.set_defaults(func=cmd_corpus, mode="quick")

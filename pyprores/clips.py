@@ -120,7 +120,7 @@ def _field_order_graph(spec: ClipSpec) -> "av.filter.Graph":
 #
 # ``Recipe`` describes a clip that the ``ffmpeg`` command line encodes from a
 # lavfi source, with ``prores_ks`` or ``prores_aw``: the corpus (``pyprores
-# corpus``), the hwaccel tests and scripts/conformance-gpu all use it, so a
+# corpus``), the hwaccel tests and tools/gpu/conformance-gpu all use it, so a
 # recipe means the same clip everywhere.  ``Recipe.ffmpeg_args`` is the whole
 # command line after the binary; only filters of the minimal build are used
 # (testsrc, testsrc2, color, noise, geq, format, setfield).

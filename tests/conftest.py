@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+GPU_TOOLS = REPO_ROOT / "tools" / "gpu"          # the GPU-machine toolkit (docs/GPU.md)
 TARBALL_NAME = "ffmpeg-7.1.5.tar.xz"
 
 # Validation-layer messages that are not ours: the one list of them, for every test
@@ -65,8 +66,8 @@ os.environ.setdefault("PYPRORES_VALIDATION_IGNORE", ";".join(KNOWN_LAYER_NOISE))
 
 
 def load_script(name: str):
-    """scripts/NAME (a Python script without .py, e.g. gpu-pack) loaded as a module."""
-    loader = importlib.machinery.SourceFileLoader(name.replace("-", "_"), str(REPO_ROOT / "scripts" / name))
+    """tools/gpu/NAME (a Python script without .py, e.g. gpu-pack) loaded as a module."""
+    loader = importlib.machinery.SourceFileLoader(name.replace("-", "_"), str(GPU_TOOLS / name))
     spec = importlib.util.spec_from_loader(loader.name, loader)
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)

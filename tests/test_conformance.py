@@ -1,10 +1,10 @@
 """The conformance corpus and its checks (issue 6): ``pyprores corpus``,
-``pyprores conformance`` and scripts/conformance-gpu.
+``pyprores conformance`` and tools/gpu/conformance-gpu.
 
 The quick corpus (about 180 tiny clips) is generated and checked here on
 lavapipe, end to end through the command line: Vulkan vs software, bit-exact,
 against the manifest's software MD5s. The full corpus is the GPU machine's
-(scripts/conformance-gpu); here only its recipes are checked, and it is
+(tools/gpu/conformance-gpu); here only its recipes are checked, and it is
 generated and run in a slow test.
 """
 
@@ -225,8 +225,8 @@ def test_bad_manifests(tmp_path):
 
 @pytest.mark.parametrize("mode", corpus.MODES)
 def test_recipe_lists_in_sync(mode):
-    """scripts/corpus-MODE.tsv (read by scripts/conformance-gpu) is the Python corpus."""
-    path = REPO_ROOT / "scripts" / f"corpus-{mode}.tsv"
+    """tools/gpu/corpus-MODE.tsv (read by tools/gpu/conformance-gpu) is the Python corpus."""
+    path = REPO_ROOT / "tools" / "gpu" / f"corpus-{mode}.tsv"
     want = corpus.recipes_tsv(corpus.recipes_for(mode))
     assert path.read_text() == want, (f"{path} is stale: regenerate it with "
                                       f"`pyprores corpus --{mode} --recipes > {path.relative_to(REPO_ROOT)}`")
@@ -288,9 +288,9 @@ def test_recipe_rejects_impossible_combinations():
             Recipe("x", **bad)
 
 
-# ---------------------------------------------------------------------------- scripts/conformance-gpu
+# ---------------------------------------------------------------------------- tools/gpu/conformance-gpu
 
-GPU_SCRIPT = REPO_ROOT / "scripts" / "conformance-gpu"
+GPU_SCRIPT = REPO_ROOT / "tools" / "gpu" / "conformance-gpu"
 GPU_SUBSET = "^(ks-4444xq-a16-tff-s1-camera-232x88-1f|aw-4444-a16-bff-camera-232x88-1f|ks-hq-s8-camera-720x486-1f)$"
 
 
@@ -348,7 +348,7 @@ def test_conformance_gpu_script_setup_errors(tmp_path):
     res = subprocess.run(["bash", str(GPU_SCRIPT), "--bogus"], capture_output=True, text=True)
     assert res.returncode == 2
     res = subprocess.run(["bash", str(GPU_SCRIPT), "--help"], capture_output=True, text=True)
-    assert res.returncode == 0 and "Usage: scripts/conformance-gpu" in res.stdout
+    assert res.returncode == 0 and "Usage: tools/gpu/conformance-gpu" in res.stdout
 
 
 # ---------------------------------------------------------------------------- slow: the full corpus

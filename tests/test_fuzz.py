@@ -4,7 +4,7 @@ memory, and the harness itself (reproducible mutants, crash and hang
 detection, minimisation).
 
 The CI run is a few hundred mutants of the built-in seed set; long runs are
-``scripts/fuzz`` (docs/ROBUSTNESS.md). Vulkan decodes run on the fuzzer's
+``tools/gpu/fuzz`` (docs/ROBUSTNESS.md). Vulkan decodes run on the fuzzer's
 workers, with the validation layer when PYPRORES_VALIDATION=1 (./scripts/test
 sets it): a Vulkan session is never closed there, since freeing pool frames
 under Debian 12's layer stalls 10 s per frame.

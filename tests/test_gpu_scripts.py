@@ -1,4 +1,4 @@
-"""scripts/gpu-pack and scripts/gpu-run (docs/GPU.md): argument parsing, the dry run, and the
+"""tools/gpu/gpu-pack and tools/gpu/gpu-run (docs/GPU.md): argument parsing, the dry run, and the
 ELF runpath rewrite that makes a packed build run from wherever it lands. Fast: no GPU, no
 FFmpeg build needed."""
 
@@ -14,13 +14,13 @@ import pytest
 from conftest import load_script
 
 REPO = Path(__file__).resolve().parent.parent
-GPU_RUN = REPO / "scripts" / "gpu-run"
-GPU_PACK = REPO / "scripts" / "gpu-pack"
+GPU_RUN = REPO / "tools" / "gpu" / "gpu-run"
+GPU_PACK = REPO / "tools" / "gpu" / "gpu-pack"
 
 
 @pytest.fixture
 def pack(tmp_path: Path) -> Path:
-    """A packed directory as scripts/gpu-pack leaves it, with stub executables."""
+    """A packed directory as tools/gpu/gpu-pack leaves it, with stub executables."""
     root = tmp_path / "gpu"
     for name in ("ff13", "ff10"):
         (root / name / "bin").mkdir(parents=True)
@@ -101,12 +101,12 @@ def test_dry_run_cluster_step(pack: Path):
     res = gpu_run("--pack", str(pack), "--dry-run", "--cluster-files", "30", "cluster")
     assert res.returncode == 0, res.stderr
     assert "step cluster ff13: timeout 540 s" in res.stdout
-    assert "scripts/bench-cluster --files 30 --frames 4 --size 1920x1080" in res.stdout
+    assert "tools/gpu/bench-cluster --files 30 --frames 4 --size 1920x1080" in res.stdout
 
 
 def test_missing_pack_and_out(pack: Path, tmp_path: Path):
     res = gpu_run("--pack", str(tmp_path / "none"), "check")
-    assert res.returncode == 2 and "run scripts/gpu-pack" in res.stderr
+    assert res.returncode == 2 and "run tools/gpu/gpu-pack" in res.stderr
     res = gpu_run("--pack", str(pack), "check")               # a real run needs $OUT
     assert res.returncode == 2 and "$OUT is not set" in res.stderr
 

@@ -1,6 +1,6 @@
 /*
  * ppr_smoke: drive the whole C API once (for valgrind / ASan runs, see
- * scripts/memcheck-native). Reads concatenated ProRes packets (each starts
+ * tools/gpu/memcheck-native). Reads concatenated ProRes packets (each starts
  * with its 32-bit big-endian size, as ProRes frames do, e.g. the output of
  * `ffmpeg ... -c:v prores_ks -f rawvideo out.prores`) and, per packet:
  * inspect, layout, decode, rebuild from all slices, rebuild with one slice

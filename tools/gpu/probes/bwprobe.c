@@ -2,7 +2,7 @@
  * bwprobe: the machine's transfer bandwidths (issue 20), to tell which part bounds a download
  * of a decoded frame through hwcontext_vulkan: the GPU's copy into the host-visible staging
  * buffer, or the host's copy out of it into the AVFrame. Plain Vulkan 1.1 (the loader is
- * dlopen'ed, as in scripts/startprobe.c --raw), no FFmpeg.
+ * dlopen'ed, as in tools/gpu/probes/startprobe.c --raw), no FFmpeg.
  *
  *   bwprobe [--device N] [--sizes BYTES,...] [--frames WxH,...|none] [--reps N]
  *           [--threads N,...] [--json]
@@ -40,7 +40,7 @@
  * Output: the readable table on stdout; with --json, one JSON object on stdout and the table
  * on stderr. Every failure: a message on stderr and exit status 1 (2 for usage errors).
  *
- * Build (scripts/gpu-pack does this, once for every build: it uses no FFmpeg):
+ * Build (tools/gpu/gpu-pack does this, once for every build: it uses no FFmpeg):
  *   cc -O2 -o bwprobe bwprobe.c -I$VULKAN_HEADERS/include -ldl -lpthread
  */
 

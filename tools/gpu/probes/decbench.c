@@ -4,7 +4,7 @@
  * ffmpeg command line's threads and its muxer do not count. Prints one JSON
  * object: start-up times, steady frames per second, CPU time per frame.
  *
- * Build (scripts/bench does this):
+ * Build (tools/gpu/bench does this):
  *   cc -O2 -o decbench decbench.c -I$FF/include -L$FF/lib \
  *      -lavformat -lavcodec -lavutil -Wl,-rpath,$FF/lib
  */

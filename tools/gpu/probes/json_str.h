@@ -1,7 +1,7 @@
 /*
  * json_str(): a C string as a JSON string (quotes, backslashes and newlines
  * escaped, other control and non-ASCII bytes as \u00XX). Shared by
- * scripts/startprobe.c and scripts/bwprobe.c, which are built one file each.
+ * tools/gpu/probes/startprobe.c and tools/gpu/probes/bwprobe.c, which are built one file each.
  */
 #ifndef PYPRORES_JSON_STR_H
 #define PYPRORES_JSON_STR_H

@@ -1,7 +1,7 @@
 /*
  * read_packets(): open a file, find its video stream and read every packet of
  * it into memory, so that what is timed afterwards does not include
- * demuxing. Shared by scripts/decbench.c and scripts/startprobe.c, which are
+ * demuxing. Shared by tools/gpu/probes/decbench.c and tools/gpu/probes/startprobe.c, which are
  * built one file each.
  */
 #ifndef PYPRORES_READ_PACKETS_H

@@ -1,7 +1,7 @@
 /*
  * since_exec(): seconds from this process's exec to now, from the start time
  * in /proc/self/stat (field 22, in clock ticks, so +-10 ms). Shared by
- * scripts/startprobe.c and scripts/vktime.c, which are built one file each.
+ * tools/gpu/probes/startprobe.c and tools/gpu/probes/vktime.c, which are built one file each.
  */
 #ifndef PYPRORES_SINCE_EXEC_H
 #define PYPRORES_SINCE_EXEC_H

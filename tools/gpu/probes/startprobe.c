@@ -1,7 +1,7 @@
 /*
  * startprobe: where the start-up time of a Vulkan hwaccel process goes (issue 20). Two modes,
  * each printing one JSON object on stdout and a readable timeline on stderr; times in seconds
- * from the start of main() (plus exec_to_main_s, from /proc, +-10 ms). Under scripts/vktime.c
+ * from the start of main() (plus exec_to_main_s, from /proc, +-10 ms). Under tools/gpu/probes/vktime.c
  * (its libvulkan.so.1 first on LD_LIBRARY_PATH) the shim's offsets start there too.
  *
  *   startprobe [--device DEV] [--opt KEY=VALUE]... [--threads N] [--frames N] [FILE]
@@ -21,7 +21,7 @@
  *       features (1.1-1.3) all on; all of it together; 1 compute queue again (warm). The
  *       driver's floor, against which FFmpeg's device creation is compared.
  *
- * Build (scripts/gpu-pack does this, per FFmpeg build):
+ * Build (tools/gpu/gpu-pack does this, per FFmpeg build):
  *   cc -O2 -o startprobe startprobe.c -I$FF/include -I$VULKAN_HEADERS/include -L$FF/lib \
  *      -lavformat -lavcodec -lavutil -ldl -lpthread -Wl,-rpath,$FF/lib
  */
@@ -643,7 +643,7 @@ int main(int argc, char **argv)
     char t0[32];
     clock_gettime(CLOCK_MONOTONIC, &ts);
     t_main = ts.tv_sec + ts.tv_nsec * 1e-9;
-    /* scripts/vktime.c, when it is the libvulkan.so.1 loaded later, takes this as its origin */
+    /* tools/gpu/probes/vktime.c, when it is the libvulkan.so.1 loaded later, takes this as its origin */
     snprintf(t0, sizeof(t0), "%llu", (unsigned long long)ts.tv_sec * 1000000000ull + ts.tv_nsec);
     setenv("VKTIME_T0", t0, 1);
 

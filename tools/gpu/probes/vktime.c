@@ -15,7 +15,7 @@
  * $VKTIME_DUMP_AFTER=vkDestroyInstance (any wrapped name) also writes the report after each
  * such call, for processes that leave without running exit handlers.
  * $VKTIME_LOADER names the real loader (default: the system's libvulkan.so.1, by full path).
- * $VKTIME_T0 (CLOCK_MONOTONIC nanoseconds, as scripts/startprobe.c sets it at the start of its
+ * $VKTIME_T0 (CLOCK_MONOTONIC nanoseconds, as tools/gpu/probes/startprobe.c sets it at the start of its
  * main()) replaces the shim's load time as the origin of the offsets, so that both timelines
  * share it.
  *
@@ -23,7 +23,7 @@
  * first word of every dispatchable handle, as layers do), so several devices at once are
  * handled; pointers from vkGetInstanceProcAddr (loader trampolines) serve any handle.
  *
- * Build (scripts/gpu-pack does this):
+ * Build (tools/gpu/gpu-pack does this):
  *   cc -O2 -shared -fPIC -fvisibility=hidden -Wl,-soname,libvulkan.so.1 -Wl,-z,nodelete \
  *      -I.../vulkan-headers/include -o DIR/libvulkan.so.1 vktime.c -ldl -lpthread
  * Use:  LD_LIBRARY_PATH=DIR:$LD_LIBRARY_PATH VKTIME_OUT=/tmp/vk.txt ffmpeg -init_hw_device vulkan ...
