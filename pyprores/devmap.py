@@ -15,15 +15,14 @@ Layout (documented in docs/COMPARE.md):
   (2^bits - 1, the largest possible).  A fixed scale keeps maps of
   different runs comparable.  Slice borders are dark grey.
 
-The PNG is written with zlib and struct only, to avoid an imaging dependency.
+PyAV (a dependency already) encodes the PNG.
 """
 
 from __future__ import annotations
 
 import os
-import struct
-import zlib
 
+import av
 import numpy as np
 
 from .metrics import PlaneStats, SliceGrid
@@ -110,15 +109,12 @@ def write_map(planes: dict[str, PlaneStats], path: str | os.PathLike) -> tuple[i
 
 
 def write_png(path: str | os.PathLike, rgb: np.ndarray) -> None:
-    """Write an 8-bit RGB image as PNG (filter type 0 on every row)."""
+    """Write an 8-bit RGB image (H, W, 3) as PNG, encoded by FFmpeg's png encoder through PyAV."""
     h, w, _ = rgb.shape
-    raw = np.concatenate([np.zeros((h, 1), np.uint8), rgb.reshape(h, w * 3)], axis=1)
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
+    codec = av.CodecContext.create("png", "w")
+    codec.width, codec.height, codec.pix_fmt = w, h, "rgb24"
+    frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb, np.uint8), format="rgb24")
+    packets = [*codec.encode(frame), *codec.encode(None)]
     with open(path, "wb") as f:
-        f.write(b"\x89PNG\r\n\x1a\n")
-        f.write(chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)))
-        f.write(chunk(b"IDAT", zlib.compress(raw.tobytes(), 9)))
-        f.write(chunk(b"IEND", b""))
+        for packet in packets:
+            f.write(bytes(packet))
