@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT
-from pyprores import conformance, corpus
-from pyprores.clips import Recipe
+from pyprores.corpus import conformance
+from pyprores import corpus
+from pyprores.corpus.clips import Recipe
 
 CLI = [sys.executable, "-m", "pyprores"]
 TABLE_HEADER = ["clip", "variant", "frames", "max abs dev Y", "Cb", "Cr", "A", "bit-exact",
@@ -83,7 +84,7 @@ def test_quick_manifest_is_well_formed(quick_corpus, ffmpeg_dir):
 def test_manifest_md5_is_ffmpeg_framemd5(quick_corpus, ffmpeg_dir):
     """conformance.frame_md5 of a decoded frame == the framemd5 muxer's hash
     (422 10-bit, 444 12-bit, 4444 + alpha 12-bit)."""
-    from pyprores import demux
+    from pyprores.decode import demux
     doc = corpus.load_manifest(quick_corpus)
     picked = {}
     for c in doc["clips"]:
@@ -171,7 +172,7 @@ def test_conformance_fails_on_manifest_mismatch(quick_corpus, tmp_path):
 
 def test_conformance_reports_plane_deviation(quick_corpus):
     """A candidate that is off by 3 in one Cr sample: not bit-exact, max abs 3 in Cr only."""
-    from pyprores.candidate import PyAVSession
+    from pyprores.decode.candidate import PyAVSession
 
     def perturb(n, frame):
         if n == 0:

@@ -24,7 +24,8 @@ import numpy as np
 import pytest
 
 from conftest import KNOWN_LAYER_NOISE
-from pyprores import fuzz, native
+from pyprores import fuzz
+from pyprores.decode import native
 from pyprores.bitstream import parse_frame
 from pyprores.cli import main as cli_main
 
@@ -247,9 +248,9 @@ def test_cli_fuzz_and_reproduce(tmp_path, capsys):
 
 LIMITS_CHILD = textwrap.dedent("""
     import json, resource, struct, sys
-    from pyprores import native
+    from pyprores.decode import native
     from pyprores.errors import DecodeError
-    from pyprores.fuzz_worker import memory_kib
+    from pyprores.fuzz.worker import memory_kib
     packet, tag = open(sys.argv[1], "rb").read(), sys.argv[2]
     s = native.Session("software", threads=1)
     s.decode(packet, tag)

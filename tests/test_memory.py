@@ -1,4 +1,4 @@
-"""Memory stays flat when pyprores.native decoders and sessions are closed and
+"""Memory stays flat when pyprores.decode.native decoders and sessions are closed and
 opened again (a format change, ppr_stream_reset, a new session per file).
 
 Each case runs tests/tools/rss_reopen.py in a child process and bounds the
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from pyprores import native
+from pyprores.decode import native
 
 REPO = Path(__file__).resolve().parent.parent
 TOOL = REPO / "tests" / "tools" / "rss_reopen.py"

@@ -36,7 +36,8 @@ from pathlib import Path
 
 import pytest
 
-from pyprores import fuzz, native
+from pyprores import fuzz
+from pyprores.decode import native
 
 DATA = Path(__file__).resolve().parent / "data" / "regressions"
 HAS_VK = native.available() and native.has_hwaccel("vulkan")

@@ -9,11 +9,11 @@ import av
 import numpy as np
 import pytest
 
-from pyprores import clips
-from pyprores.candidate import PyAVSession
-from pyprores.compare import compare_file, summarize
-from pyprores.devmap import GAP, unit_for
-from pyprores.report import SCHEMA_PATH, map_paths, summary_json, summary_text, write_json, write_maps
+from pyprores.corpus import clips
+from pyprores.decode.candidate import PyAVSession
+from pyprores.check.compare import compare_file, summarize
+from pyprores.check.devmap import GAP, unit_for
+from pyprores.check.report import SCHEMA_PATH, map_paths, summary_json, summary_text, write_json, write_maps
 
 SPECS = {s.name: s for s in clips.DEFAULT_CLIPS}
 

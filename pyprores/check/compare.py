@@ -5,7 +5,7 @@ get the same numbers.  The candidate is any object with the
 ``native.Session`` interface (``decode``, ``inspect``, ``device_name``,
 ``validation_messages``); a Vulkan ``native.Session`` also streams, several
 frames in flight while the reference is decoded and the frames measured
-(:mod:`pyprores.pipeline`), with the same results.
+(:mod:`pyprores.decode.pipeline`), with the same results.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from . import demux
-from .errors import DecodeError, PyproresError
-from .geometry import plane_shape, slice_rect
+from ..decode import demux
+from ..errors import DecodeError, PyproresError
+from ..geometry import plane_shape, slice_rect
 from .metrics import WORST_SLICES, PlaneStats, compare_frames, merge_stats
-from .model import Frame, FrameInfo
-from .pipeline import DEFAULT_IN_FLIGHT, CandidateFrames
+from ..model import Frame, FrameInfo
+from ..decode.pipeline import DEFAULT_IN_FLIGHT, CandidateFrames
 
 
 @dataclass
@@ -183,7 +183,7 @@ def summarize(results: list[FileResult], max_dev: int = 0) -> Summary:
 class _SoftwareConcealment:
     """Which slices FFmpeg's software decoder concealed in a frame it flagged:
     PyAV's reference frames do not say, so such a packet is decoded again by
-    pyprores.native's software session (opened on first use), which does."""
+    pyprores.decode.native's software session (opened on first use), which does."""
 
     def __init__(self) -> None:
         self.session = None
@@ -194,7 +194,7 @@ class _SoftwareConcealment:
             return None
         try:
             if self.session is None:
-                from .candidate import open_session
+                from ..decode.candidate import open_session
                 self.session = open_session("software", threads=1)
             frame = self.session.decode(packet, tag)
         except PyproresError:

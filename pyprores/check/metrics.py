@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .geometry import field_rows, mb_size, slice_layout, slice_rect
-from .model import PLANE_NAMES, Frame, FrameInfo
+from ..geometry import field_rows, mb_size, slice_layout, slice_rect
+from ..model import PLANE_NAMES, Frame, FrameInfo
 
 #: deviations beyond +-HIST_RANGE are counted in the outermost bins
 HIST_RANGE = 16

@@ -14,13 +14,13 @@ import os
 from pathlib import Path
 from typing import TextIO
 
-from . import __version__
+from .. import __version__
 from .compare import FileResult, Summary
 from .devmap import write_map
 from .metrics import HIST_RANGE, PlaneStats, SliceDeviation
 
 SCHEMA_ID = "pyprores-compare/1"
-SCHEMA_PATH = Path(__file__).with_name("schema") / "compare.schema.json"
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schema" / "compare.schema.json"
 
 
 # -- JSON ----------------------------------------------------------------------

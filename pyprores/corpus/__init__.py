@@ -1,6 +1,6 @@
 """The conformance corpus: which clips, how they are made, and their manifest.
 
-Dimensions (see :class:`pyprores.clips.Recipe`): encoder (prores_ks,
+Dimensions (see :class:`pyprores.corpus.clips.Recipe`): encoder (prores_ks,
 prores_aw) x profile (6) x alpha (none, 8, 16 bit) x scan (progressive, TFF,
 BFF) x macroblocks per slice (1, 2, 4, 8) x quantiser (rate control, q1, q64,
 8192 bits/MB) x size x content (camera, edges, flat, noise).
@@ -29,7 +29,7 @@ many to encode, so neither mode is the full product:
 
 prores_aw is left out for interlaced pictures whose height is a multiple of
 16 but whose field height is not (3840x2160, 16x16): FFmpeg 7.1.5's encoder
-reads past the frame there (see :func:`pyprores.clips.aw_field_overread`).
+reads past the frame there (see :func:`pyprores.corpus.clips.aw_field_overread`).
 
 The manifest (``manifest.json``) lists each clip's recipe, the command line,
 what ffprobe says about it, and the software decoder's framemd5 of every
@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .clips import CONTENTS, ENCODERS, PROFILES, QUANT_MATS, QUANTS, SCANS, Recipe, aw_field_overread
-from .errors import PyproresError
+from ..errors import PyproresError
 
 MANIFEST_SCHEMA = "pyprores-corpus/1"
 MODES = ("quick", "full")

@@ -1,8 +1,8 @@
 """Conformance run over a corpus manifest (``pyprores conformance``).
 
 Every clip of the manifest goes through the compare pipeline
-(:func:`pyprores.compare.compare_file`): the candidate (by default the
-Vulkan hwaccel through ``pyprores.native``) against FFmpeg's software
+(:func:`pyprores.check.compare.compare_file`): the candidate (by default the
+Vulkan hwaccel through ``pyprores.decode.native``) against FFmpeg's software
 decoder, plane by plane. On top of that each decoded frame is hashed the way
 ``-f framemd5`` hashes the decoder's native format (the planes one after the
 other, 16-bit little-endian samples, no padding) and checked against the
@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .compare import compare_file
-from .corpus import load_manifest
-from .errors import DeviceError, NativeLibraryError, PyproresError
-from .model import PLANE_NAMES, Frame
-from .pipeline import DEFAULT_IN_FLIGHT
+from ..check.compare import compare_file
+from . import load_manifest
+from ..errors import DeviceError, NativeLibraryError, PyproresError
+from ..model import PLANE_NAMES, Frame
+from ..decode.pipeline import DEFAULT_IN_FLIGHT
 
 BEGIN = "<!-- pyprores conformance: begin -->"
 END = "<!-- pyprores conformance: end -->"
@@ -94,7 +94,7 @@ def check_clip(entry: dict, base: Path, session,
                progress: Callable[[int, "int | None"], None] | None = None,
                in_flight: int = DEFAULT_IN_FLIGHT) -> ClipResult:
     """Check one manifest clip with ``session`` (``in_flight`` frames decoding
-    at once, see :func:`pyprores.compare.compare_file`). A file the pipeline
+    at once, see :func:`pyprores.check.compare.compare_file`). A file the pipeline
     refuses becomes the clip's ``error``; device and extension failures propagate."""
     res = ClipResult(name=entry["name"], description=entry.get("description", ""),
                      pix_fmt=entry["pix_fmt"], expected_frames=entry["frames"])
@@ -204,7 +204,7 @@ def markdown(run: ConformanceRun, command: str) -> str:
         lines.append(f"- Note: Vulkan device {run.note}")
     lines += [
         f"- Command: `{command}`",
-        f"- Candidate: {run.backend} backend of `pyprores.native` on **{run.device}**; reference: FFmpeg's "
+        f"- Candidate: {run.backend} backend of `pyprores.decode.native` on **{run.device}**; reference: FFmpeg's "
         "software decoder (PyAV), and the manifest's framemd5 of the software decoder of the build that "
         f"made the corpus ({run.ffmpeg}).",
         f"- Result: **{ok}/{len(run.clips)} clips bit-exact**, {run.frames} frames"

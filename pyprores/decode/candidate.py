@@ -1,6 +1,6 @@
 """Where the decoder under test comes from.
 
-The real candidate is ``pyprores.native.Session`` (FFmpeg's Vulkan hwaccel,
+The real candidate is ``pyprores.decode.native.Session`` (FFmpeg's Vulkan hwaccel,
 or its software path).  :class:`PyAVSession` offers the same interface on top
 of PyAV's software decoder plus :mod:`pyprores.bitstream`, so the comparison
 pipeline can be exercised — and its tests run — without the native
@@ -13,23 +13,23 @@ from typing import Callable
 
 import av
 
-from .bitstream import parse_frame
+from ..bitstream import parse_frame
 from .demux import decode_reference
-from .errors import NativeLibraryError
-from .model import Frame, FrameInfo
+from ..errors import NativeLibraryError
+from ..model import Frame, FrameInfo
 
 BACKENDS = ("vulkan", "software")
 
 
 def open_session(backend: str = "vulkan", device: str | None = None, threads: int = 0):
-    """A ``pyprores.native.Session``; ``NativeLibraryError`` when the
+    """A ``pyprores.decode.native.Session``; ``NativeLibraryError`` when the
     extension is not built, so the CLI can say so in one line."""
     native = load_native()
     return native.Session(backend=backend, device=device, threads=threads)
 
 
 def load_native():
-    """``pyprores.native`` with its compiled part loaded, or a
+    """``pyprores.decode.native`` with its compiled part loaded, or a
     ``NativeLibraryError`` that says how to build it."""
     hint = "build it with ./scripts/setup (the patched FFmpeg plus the cffi extension)"
     try:

@@ -19,8 +19,8 @@ from typing import Iterator
 import av
 import numpy as np
 
-from .errors import DecodeError, NotProResError, PyproresError
-from .model import PLANE_NAMES, Frame
+from ..errors import DecodeError, NotProResError, PyproresError
+from ..model import PLANE_NAMES, Frame
 
 #: FFmpeg's AVFieldOrder values, by name
 FIELD_ORDERS = {0: "unknown", 1: "progressive", 2: "tt", 3: "bb", 4: "tb", 5: "bt"}

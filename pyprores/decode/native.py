@@ -22,9 +22,9 @@ from typing import Any, Union
 
 import numpy as np
 
-from . import builds
-from .errors import DecodeError, DeviceError, NativeLibraryError, NotProResError
-from .model import PLANE_NAMES, Frame, FrameInfo, PictureInfo, SliceInfo
+from .. import builds
+from ..errors import DecodeError, DeviceError, NativeLibraryError, NotProResError
+from ..model import PLANE_NAMES, Frame, FrameInfo, PictureInfo, SliceInfo
 
 try:
     ffi, lib = builds.load_native()
@@ -97,7 +97,7 @@ def _raise(code: int, session_ptr: Any = None) -> None:
         raise DecodeError(text)
     if code in (L.PPR_ENODEVICE, L.PPR_ENOHWACCEL):
         if code == L.PPR_ENODEVICE and "could not create a Vulkan device" in text:
-            from .runtime import vulkan_hint
+            from ..runtime import vulkan_hint
             text = f"{text}; {vulkan_hint(text)}"
         raise DeviceError(text)
     if code == L.PPR_ENOMEM:
@@ -377,9 +377,9 @@ class Session:
 
     # -- streaming: several frames in flight -----------------------------------
     # ppr_stream_config/ppr_send_packet/ppr_receive_frame/ppr_download_frame
-    # (csrc/pyprores.h, "streaming"). pyprores.stream.StreamDecoder builds a
+    # (csrc/pyprores.h, "streaming"). pyprores.decode.stream.StreamDecoder builds a
     # file iterator with caller buffers on the same calls; these give one
-    # frame at a time in new arrays (pyprores.pipeline uses them). Streaming
+    # frame at a time in new arrays (pyprores.decode.pipeline uses them). Streaming
     # and decode()/end_frame() on one session exclude each other: decode()
     # drops the frames in flight (call stream_reset() or receive them first).
 
@@ -483,5 +483,5 @@ class Session:
 
     def __repr__(self) -> str:
         if self._ptr is None:
-            return f"<pyprores.native.Session {self.backend} closed>"
-        return f"<pyprores.native.Session {self.backend} on {self.device_name!r}>"
+            return f"<pyprores.decode.native.Session {self.backend} closed>"
+        return f"<pyprores.decode.native.Session {self.backend} on {self.device_name!r}>"

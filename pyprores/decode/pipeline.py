@@ -1,7 +1,7 @@
 """The candidate side of the compare pipeline: a file's frames decoded with
 several in flight, each one tied to its own packet.
 
-:func:`pyprores.compare.compare_file` needs, for every (packet, reference
+:func:`pyprores.check.compare.compare_file` needs, for every (packet, reference
 frame) pair of a file and in order, the candidate's frame header and decoded
 frame, or the candidate's error. One frame per call (``Session.decode``,
 waiting for each) leaves the GPU idle while the caller decodes the reference
@@ -54,8 +54,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
-from .errors import PyproresError
-from .model import Frame, FrameInfo
+from ..errors import PyproresError
+from ..model import Frame, FrameInfo
 
 __all__ = ["DEFAULT_IN_FLIGHT", "MAX_IN_FLIGHT", "CandidateFrames", "Item", "can_stream"]
 

@@ -37,8 +37,8 @@ from typing import Any, Generator, Iterable, Iterator, Union
 import numpy as np
 
 from . import native
-from .errors import DecodeError, DeviceError
-from .model import PLANE_NAMES, Frame
+from ..errors import DecodeError, DeviceError
+from ..model import PLANE_NAMES, Frame
 
 __all__ = ["DecodedFrame", "StreamDecoder", "open_decoder"]
 

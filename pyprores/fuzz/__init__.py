@@ -3,7 +3,7 @@
 Mutants of real ProRes packets (the conformance corpus, given files, or a
 small built-in seed set) are decoded by FFmpeg's software decoder and by the
 ``prores_vulkan`` hwaccel, each in a persistent child process
-(:mod:`pyprores.fuzz_worker`) with a per-mutant time limit. A worker that
+(:mod:`pyprores.fuzz.worker`) with a per-mutant time limit. A worker that
 dies is a *crash* (its signal is recorded), one that does not answer in time
 is a *hang* (it is killed); either way it is restarted and the run goes on.
 
@@ -56,11 +56,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import fuzz_worker
-from .bitstream import parse_frame
-from .errors import DecodeError, NotProResError, PyproresError
-from .geometry import slice_rect
-from .model import FrameInfo
+from . import worker as fuzz_worker
+from ..bitstream import parse_frame
+from ..errors import DecodeError, NotProResError, PyproresError
+from ..geometry import slice_rect
+from ..model import FrameInfo
 
 BACKENDS = ("software", "vulkan")
 
@@ -119,7 +119,7 @@ DEFAULT_SEED_CLIPS = (
 def ffmpeg_dir() -> Path:
     """The FFmpeg build: the selected one ($PYPRORES_BUILD, see pyprores.builds),
     else $PYPRORES_FFMPEG_DIR, else build/ffmpeg of the checkout."""
-    from . import builds
+    from .. import builds
     return builds.ffmpeg_dir()
 
 
@@ -156,7 +156,7 @@ def load_seeds(inputs: Sequence[str | os.PathLike], frames: int = 1, tag: str = 
     """Seed packets from ``inputs``: video files (the first ``frames`` packets),
     corpus directories or manifests (every clip), or raw ``.bin`` packets
     (codec tag ``tag``, or the one named in a regressions index next to them)."""
-    from . import demux
+    from ..decode import demux
     seeds: list[Seed] = []
     for item in inputs:
         path = Path(item)
@@ -165,7 +165,7 @@ def load_seeds(inputs: Sequence[str | os.PathLike], frames: int = 1, tag: str = 
                 files = sorted(p for p in path.iterdir() if p.suffix in (".mov", ".mkv", ".bin"))
                 seeds += load_seeds(files, frames, tag)
                 continue
-            from .corpus import load_manifest
+            from ..corpus import load_manifest
             doc = load_manifest(path)
             files = [Path(doc["_dir"]) / c["file"] for c in doc["clips"]]
             seeds += load_seeds(files, frames, tag)
@@ -1132,7 +1132,7 @@ def run(config: FuzzConfig, progress: Callable[[int, int | None], None] | None =
 def _device_name(backend: str, device: str | None) -> str:
     if backend == "software":
         return "cpu"
-    from . import native
+    from ..decode import native
     try:   # validation off: only the name is wanted, and closing is then instant
         old = os.environ.get("PYPRORES_VALIDATION")
         os.environ["PYPRORES_VALIDATION"] = "0"

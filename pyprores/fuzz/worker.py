@@ -65,7 +65,7 @@ class Decoder:
     """The sessions of one worker and the decode requests they serve."""
 
     def __init__(self, backend: str, device: str | None) -> None:
-        from . import native
+        from ..decode import native
         self.native = native
         self.backend = backend
         self.device = device

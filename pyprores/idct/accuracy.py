@@ -12,7 +12,7 @@ docs/CONFORMANCE.md, "IDCT accuracy (IEEE 1180-1990)", for the reasoning):
    sample range around the mid-level.
 2. Forward DCT in double precision, rounded to the nearest integer, clipped to
    ``[-2048*k, 2048*k - 1]``: the test coefficients ``F``.
-3. Write them into ProRes frames with :mod:`pyprores.writer` such that
+3. Write them into ProRes frames with :mod:`pyprores.idct.writer` such that
    FFmpeg's dequantised coefficients are ``D = F * 2^(12 - b)``: 10 bits with
    the default matrix (all 4) and qscale 1, codec tag ``apch``; 12 bits with a
    custom matrix of all 1 and qscale 1, codec tag ``ap4h``. FFmpeg's
@@ -22,7 +22,7 @@ docs/CONFORMANCE.md, "IDCT accuracy (IEEE 1180-1990)", for the reasoning):
 4. Decode with FFmpeg's software decoder and with the Vulkan hwaccel; both
    must agree exactly.
 5. Reference: the double-precision IDCT of the same ``D``, scaled, rounded,
-   offset and clipped the same way (:func:`pyprores.idct_model.reference_put`).
+   offset and clipped the same way (:func:`pyprores.idct.model.reference_put`).
 6. Error = decoded - reference, per sample. Limits (IEEE 1180): peak |error|
    <= 1; per position (of the 64) mean square error <= 0.06 and |mean error|
    <= 0.015; overall mean square error <= 0.02 and |mean error| <= 0.0015; an
@@ -39,7 +39,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import writer as W
-from .idct_model import reference_fdct, reference_put
+from .model import reference_fdct, reference_put
 
 __all__ = ["RANGES", "LIMITS", "ieee_random_indices", "ieee_blocks", "test_coefficients",
            "RangeResult", "AccuracyReport", "run", "format_text", "format_markdown"]
@@ -231,7 +231,7 @@ def run(blocks: int = 10000, bit_depths: Sequence[int] = (10, 12),
         progress: Callable[[str], None] | None = None) -> AccuracyReport:
     """Run the scaled IEEE 1180 procedure through the decoders of ``backends``
     (the first one is the one measured; the others must agree with it)."""
-    from . import native
+    from ..decode import native
 
     t0 = time.monotonic()
     sessions = {}
@@ -258,7 +258,7 @@ def run(blocks: int = 10000, bit_depths: Sequence[int] = (10, 12),
 
 def _one_range(sessions: dict, tag: str, bit_depth: int, blocks: int, L: int, H: int,
                sign: int) -> RangeResult:
-    from .idct_model import idct_put, scaled_qmat
+    from .model import idct_put, scaled_qmat
 
     k = 1 << (bit_depth - 9)
     coeffs = test_coefficients(blocks, L, H, sign, bit_depth)

@@ -63,8 +63,8 @@ from typing import Iterable, Mapping, Sequence, Union
 
 import numpy as np
 
-from .bitstream import TWELVE_BIT_TAGS, bit_depth_for_tag
-from .idct_model import effective_qscale, i16, idct_put, scaled_qmat
+from ..bitstream import TWELVE_BIT_TAGS, bit_depth_for_tag
+from .model import effective_qscale, i16, idct_put, scaled_qmat
 
 __all__ = [
     "FIRST_DC_CB", "DC_CODEBOOK", "RUN_TO_CB", "LEV_TO_CB", "PROGRESSIVE_SCAN",
@@ -652,7 +652,7 @@ def _alpha_samples(a: np.ndarray, alpha_bits: int, bit_depth: int) -> np.ndarray
 def expected_planes(spec: FrameSpec, bit_depth: int, simd: bool = False) -> dict[str, np.ndarray]:
     """The planes FFmpeg's decoder outputs for ``spec`` at ``bit_depth`` (10 or
     12, chosen by the codec tag), computed with the exact model of its
-    arithmetic (:mod:`pyprores.idct_model`): Y, Cb, Cr (and A), uint16, of the
+    arithmetic (:mod:`pyprores.idct.model`): Y, Cb, Cr (and A), uint16, of the
     visible size. Not meaningful with raw_slices / index_sizes.
 
     ``simd=True`` models the x86-64 assembly IDCT FFmpeg's software decoder
@@ -696,9 +696,9 @@ def default_codec_tag(bit_depth: int = 10, spec: FrameSpec | None = None) -> str
 
 def decode(packet: bytes | FrameSpec, backend: str = "software", codec_tag: str = "apch",
            device: str | None = None, session=None):
-    """Decode one packet (or ``write_frame(spec)``) with pyprores.native: a
+    """Decode one packet (or ``write_frame(spec)``) with pyprores.decode.native: a
     :class:`pyprores.model.Frame`. Pass an open ``session`` to reuse it."""
-    from . import native
+    from ..decode import native
 
     if isinstance(packet, FrameSpec):
         packet = write_frame(packet)

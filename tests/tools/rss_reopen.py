@@ -1,4 +1,4 @@
-"""rss_reopen: the process's RSS while pyprores.native decoders are closed and
+"""rss_reopen: the process's RSS while pyprores.decode.native decoders are closed and
 opened again, for tests/test_memory.py (and by hand, to measure a build).
 
     python tests/tools/rss_reopen.py MODE BACKEND WARMUP N SMALL.mov LARGE.mov
@@ -48,7 +48,7 @@ def first_packet(path: str) -> tuple[bytes, str]:
 def main(argv: list[str]) -> int:
     mode, backend, warmup, n, small, large = argv[1], argv[2], int(argv[3]), int(argv[4]), argv[5], argv[6]
     import pyprores
-    from pyprores import native
+    from pyprores.decode import native
 
     a, tag_a = first_packet(small)
     b, tag_b = first_packet(large)
