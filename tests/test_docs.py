@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -56,3 +57,16 @@ def test_cited_summary_sources_exist(repo_root: Path):
                for md in _pages(repo_root) for m in SUMMARY_CITE.finditer(md.read_text())
                if m["source"] not in sources.get(m["summary"], set())]
     assert not missing, "cited summary sources that are not there: " + "; ".join(missing)
+
+
+def test_readme_layout_matches_the_tree(repo_root: Path):
+    """README's Layout section has one line per top-level folder that git tracks, and no other."""
+    text = (repo_root / "README.md").read_text()
+    section = text.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"^- `([^`/]+)/`", section, re.M)
+    tracked = subprocess.run(["git", "ls-files"], cwd=repo_root, capture_output=True, text=True,
+                             check=True).stdout.split()
+    folders = {path.split("/", 1)[0] for path in tracked if "/" in path}
+    assert len(listed) == len(set(listed)), f"listed twice: {listed}"
+    assert set(listed) == folders, (f"README's Layout lists {sorted(set(listed) - folders)} that are not "
+                                    f"folders of the tree, and misses {sorted(folders - set(listed))}")
