@@ -8,7 +8,7 @@ threads (2 or 3 of 3 "corrupt decoded frame" lines from run to run with
 threads the lines of two consecutive damaged frames can come back to back (the
 decoder threads logged their own errors earlier), so the second one is folded
 into "Last message repeated 1 times". The fix
-(``ffmpeg_patches/master/2-robustness/flag-race.patch``, "fftools/ffmpeg_dec: say
+(``ffmpeg_patches/master/3-robustness/flag-race.patch``, "fftools/ffmpeg_dec: say
 which frame is corrupt") names the frame in the line.
 
 The test decodes one damaged clip (made here from the build's own ``prores_ks``
