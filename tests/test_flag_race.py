@@ -14,8 +14,8 @@ which frame is corrupt") names the frame in the line.
 The test decodes one damaged clip (made here from the build's own ``prores_ks``
 output, damaged at seeded slices of 5 of its 8 frames, 3 of them consecutive)
 many times with frame threads, and expects every run to report the same lines
-as ``-threads 1``, and the same pixels in the clean frames. It fails on unpatched FFmpeg (a run
-reports fewer lines) and passes with the fix.
+as ``-threads 1``, and the same pixels in the clean frames. It fails on unpatched
+FFmpeg (a run reports fewer lines) and passes with the fix.
 
 Build under test: ``$PYPRORES_FLAGRACE_FFMPEG`` (an ``ffmpeg`` executable or an
 install with ``bin/ffmpeg``), else ``build/ffmpeg-master`` (``scripts/setup
