@@ -1,7 +1,7 @@
 /*
  * hostcopyprobe: what a Vulkan driver offers for images that hwcontext_vulkan creates with
  * VK_IMAGE_USAGE_HOST_TRANSFER_BIT_EXT (VK_EXT_host_image_copy) next to the same images without
- * it: memory type bits, each allowed type's property flags and heap size, and the device's
+ * it, plain and exportable (opaque fd, as vulkan_pool_alloc() creates them): memory type bits, each allowed type's property flags and heap size, and the device's
  * identicalMemoryTypeRequirements. Written for FFmpeg master's "No memory type found for
  * flags 0x1" on NVIDIA (issue 31). No FFmpeg: the loader and the headers only.
  *   cc -O2 -I VULKAN_HEADERS/include -o hostcopyprobe hostcopyprobe.c -ldl
@@ -17,10 +17,12 @@
 
 static void show(PFN_vkGetDeviceImageMemoryRequirements req_fn, VkDevice dev,
                  const VkPhysicalDeviceMemoryProperties *mp, VkFormat fmt, VkImageUsageFlags usage,
-                 const char *what)
+                 int exportable, const char *what)
 {
+    VkExternalMemoryImageCreateInfo ext = { .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_IMAGE_CREATE_INFO,
+                                            .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT };
     VkImageCreateInfo ci = {
-        .sType = VK_STRUCTURE_TYPE_IMAGE_CREATE_INFO, .imageType = VK_IMAGE_TYPE_2D, .format = fmt,
+        .sType = VK_STRUCTURE_TYPE_IMAGE_CREATE_INFO, .pNext = exportable ? &ext : NULL, .imageType = VK_IMAGE_TYPE_2D, .format = fmt,
         .extent = { 3840, 2160, 1 }, .mipLevels = 1, .arrayLayers = 1,
         .samples = VK_SAMPLE_COUNT_1_BIT, .tiling = VK_IMAGE_TILING_OPTIMAL, .usage = usage,
     };
@@ -28,8 +30,9 @@ static void show(PFN_vkGetDeviceImageMemoryRequirements req_fn, VkDevice dev,
                                            .pCreateInfo = &ci };
     VkMemoryRequirements2 r = { .sType = VK_STRUCTURE_TYPE_MEMORY_REQUIREMENTS_2 };
     req_fn(dev, &ri, &r);
-    printf("format %d usage 0x%x (%s): size %llu, memoryTypeBits 0x%x:", fmt, usage, what,
-           (unsigned long long)r.memoryRequirements.size, r.memoryRequirements.memoryTypeBits);
+    printf("format %d usage 0x%x (%s%s): size %llu, memoryTypeBits 0x%x:", fmt, usage, what,
+           exportable ? ", exportable" : "", (unsigned long long)r.memoryRequirements.size,
+           r.memoryRequirements.memoryTypeBits);
     for (unsigned i = 0; i < mp->memoryTypeCount; i++)
         if (r.memoryRequirements.memoryTypeBits & (1u << i))
             printf(" [%u: flags 0x%x heap %u %llu MiB]", i, mp->memoryTypes[i].propertyFlags,
@@ -70,23 +73,25 @@ int main(int argc, char **argv)
         printf("type %u: flags 0x%x heap %u\n", i, mp.memoryTypes[i].propertyFlags, mp.memoryTypes[i].heapIndex);
     VkPhysicalDeviceHostImageCopyFeaturesEXT hicf = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_HOST_IMAGE_COPY_FEATURES_EXT, .hostImageCopy = VK_TRUE };
-    const char *ext = VK_EXT_HOST_IMAGE_COPY_EXTENSION_NAME;
+    const char *exts[] = { VK_EXT_HOST_IMAGE_COPY_EXTENSION_NAME, VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME };
     float prio = 1.0f;
     VkDeviceQueueCreateInfo qci = { .sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
                                     .queueCount = 1, .pQueuePriorities = &prio };
     VkDeviceCreateInfo dci = { .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &hicf,
                                .queueCreateInfoCount = 1, .pQueueCreateInfos = &qci,
-                               .enabledExtensionCount = 1, .ppEnabledExtensionNames = &ext };
+                               .enabledExtensionCount = 2, .ppEnabledExtensionNames = exts };
     VkDevice dev;
-    if (vkCreateDevice(pd[idx], &dci, NULL, &dev) != VK_SUCCESS) { fprintf(stderr, "no device with %s\n", ext); return 1; }
+    if (vkCreateDevice(pd[idx], &dci, NULL, &dev) != VK_SUCCESS) { fprintf(stderr, "no device with %s and %s\n", exts[0], exts[1]); return 1; }
     PFN_vkGetDeviceImageMemoryRequirements req_fn =
         (PFN_vkGetDeviceImageMemoryRequirements)vkGetDeviceProcAddr(dev, "vkGetDeviceImageMemoryRequirements");
     VkImageUsageFlags base = VK_IMAGE_USAGE_TRANSFER_SRC_BIT | VK_IMAGE_USAGE_TRANSFER_DST_BIT |
                              VK_IMAGE_USAGE_STORAGE_BIT | VK_IMAGE_USAGE_SAMPLED_BIT;
     VkFormat fmts[] = { VK_FORMAT_R16_UNORM, VK_FORMAT_R8_UNORM, VK_FORMAT_R16G16B16A16_UNORM };
     for (unsigned f = 0; f < sizeof(fmts) / sizeof(fmts[0]); f++) {
-        show(req_fn, dev, &mp, fmts[f], base, "plain");
-        show(req_fn, dev, &mp, fmts[f], base | VK_IMAGE_USAGE_HOST_TRANSFER_BIT_EXT, "host transfer");
+        for (int x = 0; x < 2; x++) {
+            show(req_fn, dev, &mp, fmts[f], base, x, "plain");
+            show(req_fn, dev, &mp, fmts[f], base | VK_IMAGE_USAGE_HOST_TRANSFER_BIT_EXT, x, "host transfer");
+        }
     }
     return 0;
 }
