@@ -33,7 +33,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pyprores import builds, demux
+from pyprores import builds
+from pyprores.decode import demux
 from pyprores.bitstream import parse_frame
 
 ENV_FFMPEG = "PYPRORES_FLAGRACE_FFMPEG"
