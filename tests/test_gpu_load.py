@@ -43,7 +43,7 @@ def software_framemd5(ffmpeg_dir: Path, clip: Path) -> str:
 def test_load_summary(ffmpeg_dir: Path, clip: Path, tmp_path: Path):
     out = tmp_path / "load.json"
     res = gpu_load("load", "--ffmpeg", f"ff={ffmpeg_dir}", "--clip", str(clip), "--format", FMT,
-                   "--ks", "1,2", "--frames", "6", "--variants", "gpu,start", "--diag-ks", "2",
+                   "--ks", "1,2", "--frames", "6", "--variants", "gpu,start", "--diag-ks", "1,2",
                    "--exact-ks", "2", "--exact-frames", "5", "--workdir", str(tmp_path / "w"), "--json", str(out))
     assert res.returncode == 0, res.stdout + res.stderr
     j = json.loads(out.read_text())
@@ -66,6 +66,12 @@ def test_load_summary(ffmpeg_dir: Path, clip: Path, tmp_path: Path):
     assert gpu["frames"] == 12 and "hwdownload,format=yuv422p10le" not in gpu["argv"]
     start = j["diagnosis"]["start"]["2"]
     assert start["frames"] == start["expected_frames"] == 2
+    # the ratios between K = 1 and 2 that the hypotheses are read from (docs/ROBUSTNESS.md)
+    sig = j["signals"]
+    assert sig["start_wall_2/1"] > 0 and sig["cpu_per_frame_2/1_gpu"] > 0 and sig["fps_2_gpu/dl"] > 0
+    assert sig["cpu_per_frame_2/1_dl"] == pytest.approx(
+        j["scaling"]["ff"]["2"]["cpu_ms_per_frame"] / j["scaling"]["ff"]["1"]["cpu_ms_per_frame"], abs=0.01)
+    assert not any(k.startswith("fps_2_start") for k in sig)
     ex = j["exact"]["ff"]["2"]
     assert ex["exact_procs"] == 2 and ex["failures"] == {} and ex["frames"] == 10
     assert "load ff exact K=2: 2/2 processes equal to the reference" in res.stdout
