@@ -162,6 +162,7 @@ def test_frames_at_interpolates_progress():
     (["--ks", "0,4"], "at least 1"),
     (["--ks", "a"], "comma-separated integers"),
     (["--variants", "gpu,nosuch"], "unknown variant(s) nosuch"),
+    (["--diag-build", "nope"], "--diag-build nope: not one of"),
 ])
 def test_load_usage_errors(ffmpeg_dir: Path, clip: Path, args: list[str], message: str):
     res = gpu_load("load", "--ffmpeg", str(ffmpeg_dir), "--clip", str(clip), "--format", FMT, *args)
