@@ -104,6 +104,23 @@ def test_dry_run_cluster_step(pack: Path):
     assert "tools/gpu/bench-cluster --files 30 --frames 4 --size 1920x1080" in res.stdout
 
 
+def test_dry_run_load_and_soak_steps(pack: Path, tmp_path: Path):
+    """load@A,B is one run with the builds side by side; soak one build; their options pass through."""
+    res = gpu_run("--pack", str(pack), "--dry-run", "--clips", "4k-422hq", "--load-args", "--ks 1,4,16",
+                  "--soak-args", "--frames 50000", "load@ff13,ff10", "soak@ff10", out=tmp_path / "out")
+    assert res.returncode == 0, res.stderr
+    out = tmp_path / "out"
+    steps = [l for l in res.stdout.splitlines() if l.startswith("step ")]
+    assert steps == [f"step load ff13 ff10: timeout 480 s, log {out}/load-ff13-ff10.log",
+                     f"step soak ff10: timeout 330 s, log {out}/soak-ff10.log"]
+    assert (f"tools/gpu/gpu-load load --ffmpeg ff13={pack}/ff13 --ffmpeg ff10={pack}/ff10 "
+            f"--clip /tmp/gpu-run/clips/bench/4k-422hq.mov --device 0 --json {out}/load-ff13-ff10.json --ks 1,4,16"
+            in res.stdout)
+    assert (f"tools/gpu/gpu-load soak --ffmpeg ff10={pack}/ff10 --clip /tmp/gpu-run/clips/bench/4k-422hq.mov "
+            f"--device 0 --csv {out}/soak-ff10.csv --json {out}/soak-ff10.json --frames 50000" in res.stdout)
+    assert "split the steps over several calls" in res.stdout      # 480 + 330 s: two calls
+
+
 def test_missing_pack_and_out(pack: Path, tmp_path: Path):
     res = gpu_run("--pack", str(tmp_path / "none"), "check")
     assert res.returncode == 2 and "run tools/gpu/gpu-pack" in res.stderr
@@ -114,7 +131,8 @@ def test_missing_pack_and_out(pack: Path, tmp_path: Path):
 def test_help_lists_the_steps():
     res = gpu_run("--help")
     assert res.returncode == 0
-    for step in ("check@B", "startup@B", "bench@B", "conformance@B", "fuzz-gpu@B", "ab@A,B", "memory@B", "cluster@B"):
+    for step in ("check@B", "startup@B", "bench@B", "conformance@B", "fuzz-gpu@B", "ab@A,B", "memory@B", "cluster@B",
+                 "load@B[,B...]", "soak@B"):
         assert step in res.stdout
 
 
