@@ -12,7 +12,7 @@ against; ``pyprores --build NAME`` / ``PYPRORES_BUILD=NAME`` then load it
 
 FFmpeg comes from ``$PYPRORES_FFMPEG_DIR`` (default: ``<repo>/build/ffmpeg``,
 made by ``./scripts/setup``), which must hold ``include/`` and ``lib/`` with
-the shared libavcodec/libavutil; the extension gets an rpath to that ``lib/``.
+the shared libavformat/libavcodec/libavutil; the extension gets an rpath to that ``lib/``.
 Vulkan headers: ``$PYPRORES_VULKAN_INCLUDE`` if set, else the vendored
 ``shared/vendor/vulkan-headers-*`` beside or inside the repo when present,
 else the system's.
@@ -34,7 +34,7 @@ from cffi import FFI
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 HEADER = os.path.join(HERE, "pyprores.h")
-SOURCES = ["pyprores.c", "prores_headers.c", "hostdl.c"]
+SOURCES = ["pyprores.c", "prores_headers.c", "hostdl.c", "reader.c"]
 
 
 def ffmpeg_dir() -> str:
@@ -136,7 +136,7 @@ def make_builder(absolute_sources: bool = False, fdir: str | None = None) -> FFI
                  for s in SOURCES],
         include_dirs=[HERE, inc] + vulkan_include_dirs(),
         library_dirs=[lib],
-        libraries=["avcodec", "avutil", "pthread"],
+        libraries=["avformat", "avcodec", "avutil", "pthread"],
         extra_compile_args=["-std=gnu11", "-O2", "-Wall"],
         extra_link_args=[f"-Wl,-rpath,{lib}"],
     )

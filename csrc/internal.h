@@ -12,6 +12,12 @@
 #define PPR_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else
 #define PPR_PRINTF(a, b)
+/* A prepared packet (pyprores.c; reader.c makes them too). */
+struct AVPacket;
+struct ppr_packet {
+    struct AVPacket *av;        /* refcounted, padded, pts set */
+};
+
 #endif
 
 /* Record an error message for the calling thread (ppr_last_error(NULL)) and
@@ -38,5 +44,11 @@ int ppr__host_buffer_create(ppr_host_buffer **out, struct AVBufferRef *device, s
 /* hostdl.c: submit the copy of `frame` (a Vulkan frame) into b at out's
  * planes; on success the frame's reference moves into b. */
 int ppr__host_download_start(ppr_host_buffer *b, struct AVFrame *frame, const ppr_planes *out);
+
+/* A prepared packet (pyprores.c; reader.c makes them too). */
+struct AVPacket;
+struct ppr_packet {
+    struct AVPacket *av;        /* refcounted, padded, pts set */
+};
 
 #endif

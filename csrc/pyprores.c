@@ -144,6 +144,9 @@ const char *ppr_strerror(int code)
     case PPR_ETRUNCATED: return "truncated ProRes frame";
     case PPR_EDECODE:    return "ProRes decoding failed";
     case PPR_ENOMEM:     return "out of memory";
+    case PPR_EAGAIN:     return "receive frames first, then send the packet again";
+    case PPR_EFORMAT:    return "this FFmpeg build cannot read the file";
+    case PPR_ENOFILE:    return "no such file";
     }
     if (av_strerror(code, tls_strerror, sizeof(tls_strerror)) < 0)
         snprintf(tls_strerror, sizeof(tls_strerror), "unknown error %d", code);
@@ -1530,10 +1533,6 @@ void ppr_stream_reset(ppr_session *s)
     tls_session = NULL;
 }
 
-struct ppr_packet {
-    AVPacket *av;       /* refcounted, padded, pts set */
-};
-
 ppr_packet *ppr_packet_new(const uint8_t *data, size_t size, int64_t pts)
 {
     ppr_packet *p;
@@ -1561,6 +1560,11 @@ ppr_packet *ppr_packet_new(const uint8_t *data, size_t size, int64_t pts)
 size_t ppr_packet_size(const ppr_packet *p)
 {
     return p ? (size_t)p->av->size : 0;
+}
+
+const uint8_t *ppr_packet_data(const ppr_packet *p)
+{
+    return p ? p->av->data : NULL;
 }
 
 void ppr_packet_free(ppr_packet *p)
