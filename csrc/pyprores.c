@@ -1965,6 +1965,51 @@ int ppr_download_start(ppr_session *s, ppr_host_buffer *b, ppr_planes *out)
     return leave(0);
 }
 
+int ppr_cuda_open(ppr_session *s, ppr_cuda **out)
+{
+    int ret;
+
+    enter(s);
+    if (!s || !out)
+        return leave(ppr__fail(PPR_EINVAL, "session or out is NULL"));
+    *out = NULL;
+    if (s->backend != BACKEND_VULKAN || !s->hw_device || !s->dev)
+        return leave(sfail(s, PPR_EINVAL, "CUDA frames need a Vulkan session"));
+    /* like a host buffer, the CUDA side holds the shared device */
+    pthread_mutex_lock(&g_lock);
+    s->dev->holds++;
+    pthread_mutex_unlock(&g_lock);
+    ret = ppr__cuda_create(out, s->hw_device, s->device_name, host_buffer_release, s->dev);
+    if (ret < 0)
+        snprintf(s->err, sizeof(s->err), "%s", tls_err);
+    return leave(ret);
+}
+
+int ppr_cuda_download_start(ppr_session *s, ppr_cuda_buffer *b, ppr_planes *out)
+{
+    int ret;
+
+    enter(s);
+    if (!s || !b || !out)
+        return leave(ppr__fail(PPR_EINVAL, "session, CUDA buffer or planes is NULL"));
+    if (!s->stream || !s->st_have)
+        return leave(sfail(s, PPR_EINVAL, "no frame received: call ppr_receive_frame first"));
+    if (s->backend != BACKEND_VULKAN)
+        return leave(sfail(s, PPR_EINVAL, "CUDA buffers take Vulkan frames"));
+    if ((ret = check_layout(s, &s->st_layout, out)) < 0)
+        return leave(ret);
+    ret = ppr__cuda_download_start(b, s->frame, out);
+    if (ret < 0) {
+        snprintf(s->err, sizeof(s->err), "%s", tls_err);
+        return leave(ret);
+    }
+    copy_damage(out, &s->st_layout);
+    av_frame_unref(s->frame);   /* moved into the buffer already */
+    av_frame_unref(s->swframe);
+    s->st_have = 0;
+    return leave(0);
+}
+
 static int g_frames_live;   /* ppr_frame handles not freed (__atomic) */
 
 /* A received frame taken out of its session (ppr_take_frame) */

@@ -545,6 +545,83 @@ void ppr_reader_close(ppr_reader *reader);
 /* Readers not closed, in the whole process (for tests). */
 int ppr_readers_live(void);
 
+/* --- CUDA ------------------------------------------------------------------- */
+
+/* Frames for CUDA without a host copy (vulkan sessions on an NVIDIA GPU): the
+ * GPU copies each frame into a buffer of device memory that Vulkan exports
+ * (VK_KHR_external_memory_fd) and CUDA imports, and signals a timeline
+ * semaphore that CUDA waits on in the consumer's stream
+ * (VK_KHR_external_semaphore_fd). The CUDA driver (libcuda.so.1) is loaded at
+ * run time; without it, or on a Vulkan device that is not a CUDA device,
+ * ppr_cuda_open fails with PPR_ENODEVICE and a message that says so.
+ *
+ *     ppr_cuda_open(s, &c);                           // once per session
+ *     b = ppr_cuda_buffer_new(c, bytes);              // reused while nothing holds it
+ *     ppr_receive_frame(s, &f);                       // plane i at ppr_cuda_buffer_ptr(b) + off_i
+ *     ppr_cuda_download_start(s, b, &planes);         // the copy is submitted; no wait
+ *     t = ppr_cuda_dlpack(b, &planes.plane[0], stream, 0);   // stream waits for the copy
+ *     ...                                             // the consumer calls t's deleter
+ *
+ * Lifetimes: a buffer is referenced by its creator (ppr_cuda_buffer_free
+ * drops that) and by each DLPack tensor made of it (its deleter drops that);
+ * a buffer keeps its ppr_cuda, which keeps the Vulkan device and the CUDA
+ * context: tensors may outlive the session and ppr_cuda_close. A tensor's
+ * deleter records an event on its stream; the buffer's next copy waits for
+ * it (CUDA work queued before the tensor was dropped finishes first). */
+typedef struct ppr_cuda ppr_cuda;
+typedef struct ppr_cuda_buffer ppr_cuda_buffer;
+
+/* The CUDA device that is the session's Vulkan device (matched by UUID), its
+ * primary context, and the semaphore copies signal. Errors: PPR_EINVAL (not
+ * a vulkan session), PPR_ENODEVICE (no CUDA driver, no such CUDA device, a
+ * Vulkan device without the extensions), PPR_ENOMEM; ppr_last_error(session). */
+int ppr_cuda_open(ppr_session *session, ppr_cuda **out);
+
+/* The CUDA device ordinal (DLPack's device_id). */
+int ppr_cuda_device(const ppr_cuda *cuda);
+
+/* Drop the opener's reference (buffers keep it alive). NULL-safe. */
+void ppr_cuda_close(ppr_cuda *cuda);
+
+/* A buffer of `size` bytes of device memory seen by both; NULL on an error
+ * (ppr_last_error(NULL)). Its CUDA device pointer and size. */
+ppr_cuda_buffer *ppr_cuda_buffer_new(ppr_cuda *cuda, size_t size);
+uint64_t ppr_cuda_buffer_ptr(const ppr_cuda_buffer *buffer);
+size_t ppr_cuda_buffer_size(const ppr_cuda_buffer *buffer);
+
+/* References held: the creator's (until ppr_cuda_buffer_free) and one per
+ * live tensor. A caller reuses a buffer when only its own is left. */
+int ppr_cuda_buffer_refs(const ppr_cuda_buffer *buffer);
+
+/* Drop the creator's reference (the last one frees the buffer, after its copy
+ * ended). NULL-safe. */
+void ppr_cuda_buffer_free(ppr_cuda_buffer *buffer);
+
+/* Buffers not freed, in the whole process (for tests). */
+int ppr_cuda_buffers_live(void);
+
+/* Start copying the frame ppr_receive_frame() received into buffer, at the
+ * planes of out (each plane's data a device pointer inside the buffer on a
+ * 4-byte boundary, width and height those of the frame's layout, stride >=
+ * width * 2 and even). Waits first (on the CPU) for the buffer's previous
+ * copy and for the CUDA work its dropped tensors' streams had queued. The
+ * session lets go of the frame; out's corrupt/error_flags/concealed are set. */
+int ppr_cuda_download_start(ppr_session *session, ppr_cuda_buffer *buffer, ppr_planes *out);
+
+/* A DLPack tensor (DLManagedTensor, or DLManagedTensorVersioned 1.0 when
+ * `versioned`) of one plane of buffer (a device pointer inside it): uint16,
+ * shape (height, width), strides (stride / 2, 1), on (kDLCUDA, the CUDA
+ * ordinal). `stream` (a CUstream; DLPack's 1 and 2 are CUDA's legacy and
+ * per-thread default streams, 0 the null stream) waits for the buffer's copy
+ * before any work queued on it after this call; -1: no wait. The tensor holds
+ * a reference to the buffer until its deleter runs. NULL on an error
+ * (ppr_last_error(NULL)). */
+void *ppr_cuda_dlpack(ppr_cuda_buffer *buffer, const ppr_plane *plane, intptr_t stream,
+                      int versioned);
+
+/* Call a tensor's deleter: for one that no consumer took. NULL-safe. */
+void ppr_dlpack_delete(void *managed, int versioned);
+
 /* CFFI_END */
 
 #ifdef __cplusplus

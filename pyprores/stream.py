@@ -358,6 +358,12 @@ class StreamDecoder:
     there). ``reuse_buffers`` True or a dict always downloads on the caller's
     thread (one set of arrays, which the caller may still be reading).
     ``download_thread=True`` means ``gpu_download=False``.
+    ``output``: ``"numpy"`` (default) or ``"cuda"`` (Vulkan, on an NVIDIA GPU
+    with its CUDA driver): each frame's planes are :class:`pyprores.cuda.CudaPlane`
+    objects in CUDA memory the GPU copied the frame into, DLPack producers
+    (``torch.from_dlpack(frame.planes["Y"])``) with no host copy; a frame is
+    delivered as soon as its copy is submitted, and a consumer's stream waits
+    for it. Raises :class:`pyprores.DeviceError` at once without CUDA.
     :attr:`download` says which path is in use.
 
     Errors: :class:`pyprores.NotProResError` (no ProRes stream),
@@ -370,9 +376,17 @@ class StreamDecoder:
                  *, reuse_buffers: bool | dict[str, np.ndarray] = False,
                  codec_tag: native.CodecTag | None = None, err_detect: bool = True,
                  prefetch: int = 2, download_thread: bool = False,
-                 gpu_download: bool | None = None) -> None:
+                 gpu_download: bool | None = None, output: str = "numpy") -> None:
         if int(max_in_flight) < 1:
             raise ValueError(f"max_in_flight must be >= 1, not {max_in_flight}")
+        if output not in ("numpy", "cuda"):
+            raise ValueError(f"output must be 'numpy' or 'cuda', not {output!r}")
+        if output == "cuda" and (backend != "vulkan" or reuse_buffers is not False or gpu_download
+                                 or download_thread):
+            raise ValueError("output='cuda' needs the vulkan backend, and buffers of the decoder's "
+                             "own (reuse_buffers=False, no gpu_download or download_thread)")
+        #: "numpy" or "cuda" (planes are pyprores.cuda.CudaPlane, DLPack producers)
+        self.output = output
         if int(prefetch) < 0:
             raise ValueError(f"prefetch must be >= 0, not {prefetch}")
         self.prefetch = int(prefetch)
@@ -392,6 +406,10 @@ class StreamDecoder:
         #: download thread) or "software"; settled by the first frame
         self.download = "software" if backend != "vulkan" else \
             "gpu" if self._gpu is not False else "thread" if self.download_thread else "hwcontext"
+        self._cuda: Any = None
+        if output == "cuda":
+            self._gpu = False
+            self.download = "cuda"
         self.backend = backend
         self.max_in_flight = int(max_in_flight)
         self._source: Any = None
@@ -431,6 +449,9 @@ class StreamDecoder:
                 rc = native.lib.ppr_stream_config(self._session._live(), self.max_in_flight, flags)
                 if rc < 0:
                     native._raise(rc, self._session._live())
+                if output == "cuda":
+                    from .cuda import CudaContext
+                    self._cuda = CudaContext(self._session)   # DeviceError without CUDA
             except BaseException:
                 if self.path is not None:
                     self._open_file(codec_tag)   # the file's error, if any, comes first
@@ -698,6 +719,8 @@ class StreamDecoder:
     def _deliver(self, ptr: Any, c_frame: Any) -> DecodedFrame | _Download | _GpuCopy:
         """The received frame: a GPU copy started, a job for the download
         thread, or a frame downloaded on this thread."""
+        if self._cuda is not None:
+            return self._to_cuda(ptr, c_frame)
         if self._gpu is not False:
             try:
                 host = self._host_planes(ptr, c_frame.layout)
@@ -729,6 +752,26 @@ class StreamDecoder:
         self._spare = ([h for h in self._spare if not _unheld(h.arrays if isinstance(h, _HostPlanes)
                                                                else h)] + [host])[-_SPARE:]
         return host
+
+    def _to_cuda(self, ptr: Any, c_frame: Any) -> DecodedFrame:
+        """The received frame copied (on the GPU) into a CUDA buffer: one that
+        nothing holds any more (no plane, frame or tensor), or a new one. The
+        frame is delivered at once: its planes' consumers wait for the copy in
+        their CUDA stream."""
+        from .cuda import CudaPlanes
+        shapes = _shapes(c_frame.layout)
+        for planes in self._spare:
+            if isinstance(planes, CudaPlanes) and planes.shapes == shapes and \
+                    _unheld(planes.arrays) and not planes.tensors_alive():
+                break
+        else:
+            planes = CudaPlanes(self._cuda, shapes)
+            self._spare = ([p for p in self._spare if not (_unheld(p.arrays) and not p.tensors_alive())]
+                           + [planes])[-_SPARE:]
+        rc = native.lib.ppr_cuda_download_start(ptr, planes.handle, planes.planes)
+        if rc < 0:
+            self._fail(rc, ptr, self._count)
+        return self._frame(c_frame, planes.arrays)
 
     def _start_copy(self, ptr: Any, c_frame: Any, host: _HostPlanes) -> DecodedFrame | _GpuCopy:
         rc = native.lib.ppr_download_start(ptr, host.handle, host.planes)
@@ -795,6 +838,9 @@ class StreamDecoder:
             gen.close()
         # host buffers nobody holds go now (one still in a frame lives on with it)
         self._spare, self._buffers = [], None
+        if self._cuda is not None:   # its buffers (frames, tensors) keep it alive
+            self._cuda.close()
+            self._cuda = None
         if self._session is not None:
             self._session.close()
             self._session = None

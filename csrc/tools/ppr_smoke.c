@@ -16,7 +16,8 @@
  * the next frame is received, the last one waited for after both sessions
  * are closed. Error paths of those calls; then close.
  *
- * With MOV, the same packets in a container: read by a reader (ppr_reader),
+ * The CUDA calls (ppr_cuda_open and its error paths; a buffer where there is
+ * a CUDA driver). With MOV, the same packets in a container: read by a reader (ppr_reader),
  * against the raw ones, one decoded from it; the reader's error paths.
  *
  * Usage: ppr_smoke FILE FOURCC [software|vulkan [nohwcheck|full [MOV]]]
@@ -535,6 +536,41 @@ static int reader_checks(ppr_session *s, ppr_session *ref, const char *mov, cons
     return failures;
 }
 
+/* The CUDA calls: with a CUDA driver and a Vulkan session on its GPU, a buffer
+ * is made and freed; without, ppr_cuda_open says why (PPR_ENODEVICE; a
+ * software session: PPR_EINVAL) and gives the device hold back. Error paths. */
+static int cuda_checks(ppr_session *s)
+{
+    ppr_cuda *c = NULL;
+    ppr_cuda_buffer *b;
+    int failures = 0, ret, vulkan = !strcmp(ppr_backend(s), "vulkan");
+    int sessions = ppr_device_sessions(s);
+
+    ret = ppr_cuda_open(s, &c);
+    if (ret == 0) {
+        b = ppr_cuda_buffer_new(c, 4096);
+        CHECK(b && ppr_cuda_buffer_ptr(b) && ppr_cuda_buffer_refs(b) == 1 &&
+              ppr_cuda_buffer_size(b) == 4096, "CUDA buffer: %s", ppr_last_error(NULL));
+        ppr_cuda_close(c);                  /* the buffer keeps it */
+        ppr_cuda_buffer_free(b);
+        printf("cuda: device %s\n", ppr_device_name(s));
+    } else {
+        CHECK(!c && (vulkan ? ret == PPR_ENODEVICE : ret == PPR_EINVAL) && ppr_last_error(s)[0],
+              "ppr_cuda_open: %s", ppr_strerror(ret));
+        printf("cuda: %s\n", ppr_last_error(s));
+    }
+    CHECK(ppr_device_sessions(s) == sessions, "device sessions after CUDA: %d", ppr_device_sessions(s));
+    CHECK(ppr_cuda_buffers_live() == 0, "CUDA buffers live: %d", ppr_cuda_buffers_live());
+    CHECK(ppr_cuda_open(NULL, &c) == PPR_EINVAL, "ppr_cuda_open(NULL)");
+    CHECK(ppr_cuda_buffer_new(NULL, 16) == NULL, "ppr_cuda_buffer_new(NULL)");
+    CHECK(ppr_cuda_dlpack(NULL, NULL, 0, 0) == NULL, "ppr_cuda_dlpack(NULL)");
+    CHECK(ppr_cuda_download_start(s, NULL, NULL) == PPR_EINVAL, "ppr_cuda_download_start(NULL)");
+    ppr_dlpack_delete(NULL, 1);
+    ppr_cuda_close(NULL);
+    ppr_cuda_buffer_free(NULL);
+    return failures;
+}
+
 int main(int argc, char **argv)
 {
     ppr_session *s = NULL, *s2 = NULL;
@@ -725,6 +761,7 @@ int main(int argc, char **argv)
             failures += host_buffers(s2, ref, data, size, tag);
         if (ref && argc > 5)
             failures += reader_checks(s2, ref, argv[5], argv[1], data, size, tag);
+        failures += cuda_checks(s2);
         if (ref != s)
             ppr_close(ref);
     }
