@@ -10,16 +10,26 @@
  * lacks them, or whose buffer holds more than the packet, is copied once),
  * so the decoder takes them by reference (ppr_send_prepared).
  *
+ * A local file is read through an AVIOContext of the reader's own: a read of
+ * 1 MiB or more (a frame, which libavformat reads straight into the packet)
+ * is split into pieces that helper threads pread() at once, so that copying
+ * out of the page cache (and faulting in the packet's fresh pages) is not
+ * one thread's work: a 4K frame is 4-9 MB, and one thread copies a few GB/s.
+ * The demuxer sees an ordinary file (the same packets, pts and errors).
+ *
  * The file is checked as pyprores.demux checks it: a packet shorter than the
  * frame size written in its first 4 bytes, a read error, or fewer packets than
  * the container lists end the stream with an error after the packets before.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
@@ -27,6 +37,27 @@
 #include <libavutil/intreadwrite.h>
 
 #include "internal.h"
+
+#define IO_HELPERS_MAX 3
+#define IO_SPLIT_MIN (1 << 20)      /* reads from this size on are split */
+#define IO_BUF_SIZE (1 << 16)
+
+/* A file read by pread(), big reads split over helper threads. */
+typedef struct par_io {
+    int fd;
+    int64_t pos, size;
+    int nb_helpers;
+    pthread_t helpers[IO_HELPERS_MAX];
+    pthread_mutex_t lock;
+    pthread_cond_t work, done;      /* a job was posted; a piece was finished */
+    int quit;
+    /* the current job: pieces of dst at file offset off */
+    uint8_t *dst;
+    int64_t off;
+    size_t piece, total;
+    int nb_pieces, next, finished;
+    ssize_t got[IO_HELPERS_MAX + 1];    /* bytes read per piece, or -errno */
+} par_io;
 
 struct ppr_reader {
     char *path;
@@ -47,9 +78,199 @@ struct ppr_reader {
     int end_ret;                    /* 0: the end of the file; else the error after the packets */
     char end_err[PPR_MSG_SIZE];
     int64_t read;                   /* packets queued so far */
+    par_io *io;                     /* the file's reads; NULL: libavformat's own */
 };
 
 static int g_readers_live;          /* __atomic */
+
+/* pread() all of [off, off + len) unless the file ends first: bytes read, or -errno */
+static ssize_t pread_full(int fd, uint8_t *dst, size_t len, int64_t off)
+{
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = pread(fd, dst + got, len - got, (off_t)(off + (int64_t)got));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (n == 0)
+            break;
+        got += (size_t)n;
+    }
+    return (ssize_t)got;
+}
+
+/* Read piece i of the current job (the lock not held). */
+static void read_piece(par_io *io, int i)
+{
+    size_t start = (size_t)i * io->piece;
+    size_t len = FFMIN(io->piece, io->total - start);
+    ssize_t n = pread_full(io->fd, io->dst + start, len, io->off + (int64_t)start);
+
+    pthread_mutex_lock(&io->lock);
+    io->got[i] = n;
+    io->finished++;
+    pthread_cond_broadcast(&io->done);
+    pthread_mutex_unlock(&io->lock);
+}
+
+static void *io_helper(void *opaque)
+{
+    par_io *io = opaque;
+
+    pthread_mutex_lock(&io->lock);
+    for (;;) {
+        while (!io->quit && io->next >= io->nb_pieces)
+            pthread_cond_wait(&io->work, &io->lock);
+        if (io->quit)
+            break;
+        {
+            int i = io->next++;
+            pthread_mutex_unlock(&io->lock);
+            read_piece(io, i);
+            pthread_mutex_lock(&io->lock);
+        }
+    }
+    pthread_mutex_unlock(&io->lock);
+    return NULL;
+}
+
+static int io_read(void *opaque, uint8_t *buf, int size)
+{
+    par_io *io = opaque;
+    ssize_t n = 0;
+    int i, pieces;
+
+    if (size <= 0)
+        return 0;
+    if (size < IO_SPLIT_MIN || !io->nb_helpers) {
+        n = pread_full(io->fd, buf, (size_t)size, io->pos);
+    } else {
+        pieces = io->nb_helpers + 1;
+        pthread_mutex_lock(&io->lock);
+        io->dst = buf;
+        io->off = io->pos;
+        io->total = (size_t)size;
+        /* pieces of whole 64 KiB blocks */
+        io->piece = (((size_t)size + pieces - 1) / pieces + 0xffff) & ~(size_t)0xffff;
+        io->nb_pieces = (int)(((size_t)size + io->piece - 1) / io->piece);
+        io->next = 1;                   /* piece 0 is this thread's */
+        io->finished = 0;
+        pthread_cond_broadcast(&io->work);
+        pthread_mutex_unlock(&io->lock);
+        read_piece(io, 0);
+        pthread_mutex_lock(&io->lock);
+        while (io->next < io->nb_pieces) {          /* help with what is left */
+            i = io->next++;
+            pthread_mutex_unlock(&io->lock);
+            read_piece(io, i);
+            pthread_mutex_lock(&io->lock);
+        }
+        while (io->finished < io->nb_pieces)
+            pthread_cond_wait(&io->done, &io->lock);
+        /* the bytes read from the start on, up to the first short piece */
+        for (i = 0; i < io->nb_pieces; i++) {
+            size_t want = FFMIN(io->piece, io->total - (size_t)i * io->piece);
+            if (io->got[i] < 0) {
+                if (!n)
+                    n = io->got[i];
+                break;
+            }
+            n += io->got[i];
+            if ((size_t)io->got[i] < want)
+                break;
+        }
+        io->nb_pieces = io->next = 0;
+        pthread_mutex_unlock(&io->lock);
+    }
+    if (n < 0)
+        return AVERROR(-n);
+    if (n == 0)
+        return AVERROR_EOF;
+    io->pos += n;
+    return (int)n;
+}
+
+static int64_t io_seek(void *opaque, int64_t offset, int whence)
+{
+    par_io *io = opaque;
+    struct stat st;
+
+    if (whence & AVSEEK_SIZE) {
+        if (fstat(io->fd, &st) < 0)
+            return AVERROR(errno);
+        return st.st_size;
+    }
+    switch (whence & ~AVSEEK_FORCE) {
+    case SEEK_SET: break;
+    case SEEK_CUR: offset += io->pos; break;
+    case SEEK_END:
+        if (fstat(io->fd, &st) < 0)
+            return AVERROR(errno);
+        offset += st.st_size;
+        break;
+    default:
+        return AVERROR(EINVAL);
+    }
+    if (offset < 0)
+        return AVERROR(EINVAL);
+    io->pos = offset;
+    return offset;
+}
+
+static void io_close(par_io *io)
+{
+    int i;
+    if (!io)
+        return;
+    pthread_mutex_lock(&io->lock);
+    io->quit = 1;
+    pthread_cond_broadcast(&io->work);
+    pthread_mutex_unlock(&io->lock);
+    for (i = 0; i < io->nb_helpers; i++)
+        pthread_join(io->helpers[i], NULL);
+    if (io->fd >= 0)
+        close(io->fd);
+    pthread_cond_destroy(&io->work);
+    pthread_cond_destroy(&io->done);
+    pthread_mutex_destroy(&io->lock);
+    free(io);
+}
+
+/* A regular file opened for io_read(): 0, or a negative AVERROR (ENOENT
+ * for a missing file); *out NULL for anything not a regular file (the
+ * caller lets libavformat open it). */
+static int io_open(par_io **out, const char *path)
+{
+    struct stat st;
+    par_io *io;
+    long cpus;
+    int fd, i;
+
+    *out = NULL;
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return AVERROR(errno);
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || !(io = calloc(1, sizeof(*io)))) {
+        close(fd);
+        return 0;
+    }
+    io->fd = fd;
+    io->size = st.st_size;
+    pthread_mutex_init(&io->lock, NULL);
+    pthread_cond_init(&io->work, NULL);
+    pthread_cond_init(&io->done, NULL);
+    /* a helper per 4 CPUs, 1 to IO_HELPERS_MAX */
+    cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    io->nb_helpers = (int)FFMAX(1, FFMIN(IO_HELPERS_MAX, cpus / 4));
+    for (i = 0; i < io->nb_helpers; i++)
+        if (pthread_create(&io->helpers[i], NULL, io_helper, io)) {
+            io->nb_helpers = i;
+            break;
+        }
+    *out = io;
+    return 0;
+}
 
 static int interrupted(void *opaque)
 {
@@ -155,6 +376,7 @@ static void *reader_thread(void *opaque)
 {
     ppr_reader *r = opaque;
     AVFormatContext *fc = NULL;
+    AVIOContext *pb = NULL;         /* ours (io_read), or NULL: libavformat's */
     AVPacket *pkt = NULL;
     const AVStream *st = NULL;
     char found[PPR_MSG_SIZE] = "", err[AV_ERROR_MAX_STRING_SIZE], msg[PPR_MSG_SIZE];
@@ -170,9 +392,21 @@ static void *reader_thread(void *opaque)
     }
     fc->interrupt_callback.callback = interrupted;
     fc->interrupt_callback.opaque = r;
+    ret = io_open(&r->io, r->path);
+    if (ret >= 0 && r->io) {
+        uint8_t *iobuf = av_malloc(IO_BUF_SIZE);
+        if (!iobuf || !(pb = avio_alloc_context(iobuf, IO_BUF_SIZE, 0, r->io, io_read,
+                                                NULL, io_seek))) {
+            av_free(iobuf);
+            finish_open(r, PPR_ENOMEM, "out of memory");
+            goto end;
+        }
+        fc->pb = pb;
+    }
     /* the container's index is enough: no avformat_find_stream_info (it would
      * decode frames with the software decoder) */
-    ret = avformat_open_input(&fc, r->path, NULL, NULL);
+    if (ret >= 0)
+        ret = avformat_open_input(&fc, r->path, NULL, NULL);
     if (ret < 0) {
         av_strerror(ret, err, sizeof(err));
         finish_open(r, ret == AVERROR(ENOENT) ? PPR_ENOFILE : PPR_EFORMAT,
@@ -270,7 +504,13 @@ failed:
     finish_read(r, ret, "%s", msg);
 end:
     av_packet_free(&pkt);
-    avformat_close_input(&fc);
+    avformat_close_input(&fc);      /* a custom pb is ours to free, after */
+    if (pb) {
+        av_freep(&pb->buffer);
+        avio_context_free(&pb);
+    }
+    io_close(r->io);
+    r->io = NULL;
     /* an open that never reached finish_open (stopped early) still ends */
     pthread_mutex_lock(&r->lock);
     if (!r->opened) {

@@ -199,3 +199,32 @@ def test_a_container_the_build_does_not_read_goes_through_pyav():
             pytest.skip("this build reads MXF itself")
         assert dec.reader == "pyav"
         assert_same(next(iter(dec)), want, "first frame")
+
+
+def test_big_packets_are_read_in_pieces_exactly(tmp_path, ffmpeg_bin):
+    """Packets of 1 MiB and more are read by several threads at once (the
+    reader's own file I/O): still PyAV's bytes, and a file cut inside such a
+    packet still ends with the complete frames before it."""
+    import subprocess
+    path = tmp_path / "big.mov"
+    subprocess.run([str(ffmpeg_bin), "-hide_banner", "-v", "error", "-f", "lavfi", "-i",
+                    "testsrc2=s=3840x2160:r=24:d=0.125", "-vf", "noise=alls=20:allf=t+u,format=yuv422p10le",
+                    "-c:v", "prores_ks", "-profile:v", "3", "-movflags", "+faststart", str(path)],
+                   check=True)
+    packets, _, _ = pyav_packets(path)
+    assert len(packets) == 3 and min(map(len, packets)) > (1 << 20) + 12345
+    for depth in (1, 3):
+        with native.FileReader(str(path), depth=depth) as r:
+            got = []
+            while (p := r.next()) is not None:
+                got.append(bytes(native.ffi.buffer(native.lib.ppr_packet_data(p),
+                                                   native.lib.ppr_packet_size(p))))
+        assert got == packets
+    data = path.read_bytes()
+    cut = tmp_path / "cut.mov"
+    cut.write_bytes(data[: len(data) - len(packets[-1]) // 3])    # the index is up front
+    with native.FileReader(str(cut)) as r:
+        got = [r.next(), r.next()]
+        with pytest.raises(DecodeError, match="ends early: frame 2 has"):
+            r.next()
+    assert all(g is not None for g in got)
