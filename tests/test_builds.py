@@ -1,11 +1,13 @@
 """Other FFmpeg builds: pyprores.builds, csrc/build_ffi.py --out-dir, --build NAME,
-and the quick corpus on the FFmpeg 9.0.2 build.
+and the quick corpus on the FFmpeg 9.0.2 and master builds.
 
 The 9.0.2 build is build/ffmpeg-9.0.2 (an FFmpeg install) plus build/native-9.0.2
 (the extension compiled against it: csrc/build_ffi.py --ffmpeg-dir build/ffmpeg-9.0.2
 --out-dir build/native-9.0.2). Without it these tests skip, except under CI ($CI set)
-or with PYPRORES_REQUIRE_BUILDS=1, where a missing build fails. Another name:
-PYPRORES_TEST_BUILD=NAME.
+or with PYPRORES_REQUIRE_BUILDS=1, where a missing build fails. The master build
+(build/ffmpeg-master, build/native-master: the pull-request topics of
+ffmpeg_patches/master/ on FFmpeg master) gets the same tests. Other names:
+PYPRORES_TEST_BUILD=NAME[,NAME...].
 
 Bit-exactness is required of a build with a patch series (its BUILDINFO lists
 patches). Pristine 9.0.2 is not bit-exact (its IDCT is floating point): there the
@@ -31,7 +33,9 @@ import pytest
 from pyprores import builds
 
 REPO = Path(__file__).resolve().parent.parent
-BUILD = os.environ.get("PYPRORES_TEST_BUILD", "9.0.2")
+BUILDS = os.environ.get("PYPRORES_TEST_BUILD", "9.0.2,master").split(",")
+# What each build's ffmpeg -version starts with (master: named after its tarball by setup).
+VERSION_PREFIX = {"9.0.2": "9.0", "master": "master-"}
 
 
 def _required() -> bool:
@@ -56,9 +60,11 @@ def py(code: str, env_extra=None, timeout=300) -> subprocess.CompletedProcess:
                           timeout=timeout, cwd=REPO, env=env)
 
 
-@pytest.fixture(scope="module")
-def other_build() -> dict:
-    """BUILDINFO.json of build/native-BUILD (skip, or fail under CI, without it)."""
+@pytest.fixture(scope="module", params=BUILDS)
+def other_build(request) -> dict:
+    """BUILDINFO.json of build/native-BUILD (skip, or fail under CI, without it), with
+    the build's name under "name"."""
+    BUILD = request.param
     ffdir, ndir = builds.ffmpeg_dir(BUILD), builds.native_dir(BUILD)
     missing = [str(p) for p in (ffdir / "bin" / "ffmpeg", ndir / "BUILDINFO.json") if not p.exists()]
     if missing:
@@ -68,7 +74,7 @@ def other_build() -> dict:
         if _required():
             pytest.fail(msg)
         pytest.skip(msg)
-    return builds.read_native_info(ndir)
+    return dict(builds.read_native_info(ndir), name=BUILD)
 
 
 # -- selection, without any other build -------------------------------------------
@@ -147,8 +153,10 @@ def test_compare_report_names_the_default_build(tmp_path):
 # -- the other build ------------------------------------------------------------------
 
 def test_build_info_of_the_other_build(other_build):
+    BUILD = other_build["name"]
     major = int(other_build["libavcodec"].split(".")[0])
-    assert other_build["ffmpeg_version"].startswith("9.0") and major == 63, other_build
+    assert other_build["ffmpeg_version"].startswith(VERSION_PREFIX.get(BUILD, "")) and major == 63, \
+        other_build
     res = py("import json; from pyprores import native; print(json.dumps(native.build_info())); "
              "s = native.Session('vulkan'); print(json.dumps([s.device_name, s.validation_enabled, s.note]))",
              env_extra={builds.ENV_BUILD: BUILD})
@@ -164,11 +172,13 @@ def test_build_info_of_the_other_build(other_build):
 
 def test_compare_on_the_other_build(other_build, tmp_path):
     """pyprores --build NAME compare: the default clips decode, and the report says which build."""
+    BUILD = other_build["name"]
     out = tmp_path / "r.json"
     res = cli("--build", BUILD, "compare", "--json", out, "--workdir", tmp_path / "clips", "--quiet")
     assert res.returncode in (0, 1), res.stderr[-2000:]
     doc = json.loads(out.read_text())
-    assert doc["ffmpeg"]["build"] == BUILD and doc["ffmpeg"]["version"].startswith("9.0")
+    assert doc["ffmpeg"]["build"] == BUILD
+    assert doc["ffmpeg"]["version"].startswith(VERSION_PREFIX.get(BUILD, ""))
     assert all(f["frames"] > 0 for f in doc["files"]) and len(doc["files"]) == 3
     if other_build["series"]:
         assert res.returncode == 0 and doc["bitexact"], [(f["file"], f["max_abs"]) for f in doc["files"]]
@@ -178,6 +188,7 @@ def test_compare_on_the_other_build(other_build, tmp_path):
 def quick_run(other_build, tmp_path_factory) -> dict:
     """The quick corpus encoded by the other build's ffmpeg and checked on it
     (pyprores --build NAME corpus/conformance); the conformance table's rows."""
+    BUILD = other_build["name"]
     d = tmp_path_factory.mktemp(f"corpus-quick-{BUILD}")
     res = cli("--build", BUILD, "corpus", d, "--quick", "--no-progress")
     assert res.returncode == 0, res.stderr[-3000:]
@@ -189,14 +200,14 @@ def quick_run(other_build, tmp_path_factory) -> dict:
     rows = [[c.strip() for c in line.strip().strip("|").split("|")]
             for line in text.splitlines() if line.startswith("| ") and not line.startswith("| clip ")]
     doc = json.loads((d / "manifest.json").read_text())
-    return {"rc": res.returncode, "text": text, "rows": rows, "manifest": doc}
+    return {"rc": res.returncode, "text": text, "rows": rows, "manifest": doc, "build": BUILD}
 
 
 def test_quick_corpus_decodes_on_the_other_build(quick_run):
     """Every clip decodes on the Vulkan path with every frame, no error, and the
     build's software decoder agrees with the reference (the manifest's MD5s)."""
     text, rows, doc = quick_run["text"], quick_run["rows"], quick_run["manifest"]
-    assert f"FFmpeg build: {BUILD}" in text
+    assert f"FFmpeg build: {quick_run['build']}" in text
     assert len(rows) == len(doc["clips"]) > 100
     assert "Errors:" not in text, text[text.index("Errors:"):][:3000]
     for r in rows:
@@ -207,7 +218,7 @@ def test_quick_corpus_decodes_on_the_other_build(quick_run):
 def test_quick_corpus_bitexact_on_the_other_build(quick_run, other_build, request):
     if not other_build["series"]:
         request.applymarker(pytest.mark.xfail(
-            strict=True, reason=f"FFmpeg {BUILD} without a patch series is not bit-exact "
+            strict=True, reason=f"FFmpeg {other_build['name']} without a patch series is not bit-exact "
                                 "(floating-point IDCT); the series makes it so"))
     bad = [(r[0], r[3:7]) for r in quick_run["rows"] if r[7] != "yes"]
     assert not bad, f"{len(bad)}/{len(quick_run['rows'])} clips not bit-exact, e.g. {bad[:5]}"
@@ -229,6 +240,7 @@ def test_concealment_tests_pass_on_the_other_build(other_build):
     frame threads, both backends' per-slice reports, compare and inspect) and
     tests/test_regressions.py (the conceal-* inputs with the slices each backend must
     name; on_ffmpeg says what 9.0 decodes otherwise) on the other build, as on the default."""
+    BUILD = other_build["name"]
     if not _reports_damage(other_build):
         pytest.skip(f"the series of build {BUILD} does not report damaged slices")
     env = dict(os.environ)
@@ -245,6 +257,7 @@ def test_fuzz_damage_agreement_on_the_other_build(other_build, tmp_path):
     """pyprores --build NAME fuzz: no crash or hang (9.0.2 patch 13: a frame that failed
     once crashed the next one, finding 9 of docs/ROBUSTNESS.md), both decoders call the
     same mutants damaged, and name the same concealed slices where both flag a frame."""
+    BUILD = other_build["name"]
     if not _reports_damage(other_build):
         pytest.skip(f"the series of build {BUILD} does not report damaged slices")
     count = 300

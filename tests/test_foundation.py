@@ -13,7 +13,15 @@ from conftest import validation_errors, validation_requested, vulkan_env
 PATCHES_ROOT = Path(__file__).resolve().parent.parent / "ffmpeg_patches"
 PATCH_DIR = PATCHES_ROOT / "7.1.5"
 # Every series: ffmpeg_patches/<version>/ with its tarball's checksum and its build link.
-SERIES_BUILDS = {"7.1.5": "ffmpeg", "9.0.2": "ffmpeg-9.0.2"}
+SERIES_BUILDS = {"7.1.5": "ffmpeg", "9.0.2": "ffmpeg-9.0.2", "master": "ffmpeg-master"}
+
+
+def checksum_file(version: str) -> Path:
+    """The series' tarball checksum: ffmpeg-<release>.tar.xz.sha256, or for master the
+    git archive of the commit it applies to (ffmpeg-master-<commit>.tar.xz.sha256)."""
+    files = sorted((PATCHES_ROOT / version).glob("ffmpeg-*.tar.xz.sha256"))
+    assert len(files) == 1, (version, files)
+    return files[0]
 
 
 def series(version: str = "7.1.5") -> list[str]:
@@ -36,15 +44,16 @@ def test_series_layout():
     assert not list(PATCHES_ROOT.glob("*.patch")) and not (PATCHES_ROOT / "series").exists()
     for v in versions:
         assert (PATCHES_ROOT / v / "series").is_file(), v
-        sha, name = (PATCHES_ROOT / v / f"ffmpeg-{v}.tar.xz.sha256").read_text().split()[:2]
-        assert name == f"ffmpeg-{v}.tar.xz" and len(sha) == 64, v
+        sha, name = checksum_file(v).read_text().split()[:2]
+        assert name == checksum_file(v).name.removesuffix(".sha256") and len(sha) == 64, v
+        assert name == f"ffmpeg-{v}.tar.xz" or (v == "master" and name.startswith("ffmpeg-master-")), v
         for p in series(v):
             assert (PATCHES_ROOT / v / p).is_file(), (v, p)
 
 
 @pytest.mark.parametrize("version", sorted(SERIES_BUILDS))
 def test_checksum_file_matches_tarball(version: str, ffmpeg_tarball: Path):
-    expected, name = (PATCHES_ROOT / version / f"ffmpeg-{version}.tar.xz.sha256").read_text().split()[:2]
+    expected, name = checksum_file(version).read_text().split()[:2]
     tarball = ffmpeg_tarball.parent / name
     if not tarball.is_file():
         pytest.skip(f"no {name} beside {ffmpeg_tarball}")
