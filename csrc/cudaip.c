@@ -366,8 +366,11 @@ int ppr__cuda_create(ppr_cuda **out, AVBufferRef *device, const char *device_nam
         }
     }
     if (c->ordinal < 0) {
-        ret = ppr__fail(PPR_ENODEVICE, "none of the %d CUDA device(s) is the Vulkan device \"%s\": "
-                        "choose the NVIDIA GPU with device=", n, device_name);
+        char uuid[2 * VK_UUID_SIZE + 1];
+        for (i = 0; i < VK_UUID_SIZE; i++)
+            snprintf(uuid + 2 * i, 3, "%02x", id.deviceUUID[i]);
+        ret = ppr__fail(PPR_ENODEVICE, "none of the %d CUDA device(s) is the Vulkan device \"%s\" "
+                        "(UUID %s): choose the NVIDIA GPU with device=", n, device_name, uuid);
         goto fail;
     }
     CUCHECK(g_cu.DevicePrimaryCtxRetain(&c->ctx, c->cudev), "cuDevicePrimaryCtxRetain");
