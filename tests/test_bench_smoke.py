@@ -94,3 +94,26 @@ def test_bench_rejects_unknown_native(tmp_path):
     proc = subprocess.run([sys.executable, str(REPO / "tools" / "gpu" / "bench"), "--ffmpeg", "a=/nonexistent",
                            "--native", "b=/x", "--quick"], capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "--native b=/x" in proc.stderr
+
+
+def test_bench_file_modes(tmp_path):
+    """open_decoder as users call it, on a file of --loops passes over the clip:
+    the C library's reader (py-file) and PyAV's packets (py-file-pyav), both
+    bit-exact, with open, first frame, steady and whole-file figures."""
+    ffdir = Path(os.environ.get("PYPRORES_FFMPEG_DIR", REPO / "build" / "ffmpeg"))
+    if not (ffdir / "bin" / "ffmpeg").exists():
+        pytest.skip("no FFmpeg build; run ./scripts/setup")
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench"), "--ffmpeg", str(ffdir),
+                           "--quick", "--clips", "q-4444-alpha", "--modes", "py-file,py-file-pyav",
+                           "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    clip = result["clips"][0]
+    n = clip["check"]["frames_sw"]
+    for mode, reader in (("py-file", "native"), ("py-file-pyav", "pyav-packets")):
+        m = clip["modes"][mode]
+        assert m["reader"] == reader and m["frames_identical"] == f"{n}/{n}", m
+        assert m["frames"] == result["loops"] * n
+        assert m["open_s"] > 0 and m["first_frame_s"] > 0 and m["steady_fps"] > 0
+        assert 0 < m["whole_fps"] < m["steady_fps"]

@@ -37,11 +37,12 @@ NO_VK = "this FFmpeg build has no prores_vulkan hwaccel"
 # lavapipe (2026-11-26): reopen (2 reopens a round) 0.3 MB fixed, 80 MB before;
 # stream 0.2 MB, 42 MB before; prefetch (packets prepared ahead, a size change
 # among them, an early exit with some pending) -2.2 MB, flat; session 10 MB (as
-# on FFmpeg 9.0.2), 118 MB before.
+# on FFmpeg 9.0.2), 118 MB before; file (the C reader, left early and to the end) flat.
 CASES = [
     ("reopen", 3, 15, 16 * 1024),
     ("stream", 3, 15, 16 * 1024),
     ("prefetch", 3, 15, 16 * 1024),
+    ("file", 3, 15, 16 * 1024),
     ("session", 5, 8, 48 * 1024),
 ]
 

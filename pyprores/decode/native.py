@@ -18,12 +18,13 @@ slice by slice, to decode one slice in isolation or a corrupted slice.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Union
 
 import numpy as np
 
 from .. import builds
-from ..errors import DecodeError, DeviceError, NativeLibraryError, NotProResError
+from ..errors import DecodeError, DeviceError, NativeLibraryError, NotProResError, PyproresError
 from ..model import PLANE_NAMES, Frame, FrameInfo, PictureInfo, SliceInfo
 
 try:
@@ -34,8 +35,9 @@ except ImportError as _e:  # pragma: no cover - depends on the build
 else:
     _IMPORT_ERROR = None
 
-__all__ = ["Session", "StreamFrame", "inspect", "has_hwaccel", "ffmpeg_version", "avcodec_version",
-           "codec_tag_int", "available", "build_info"]
+__all__ = ["Session", "StreamFrame", "FileReader", "FileInfo", "UnreadableFileError", "inspect",
+           "has_hwaccel", "ffmpeg_version", "avcodec_version", "codec_tag_int", "available",
+           "build_info"]
 
 CodecTag = Union[str, bytes, int]
 Buffer = Union[bytes, bytearray, memoryview, np.ndarray]
@@ -88,9 +90,19 @@ def _message(session_ptr: Any = None) -> str:
     return ffi.string(msg).decode("utf-8", "replace") if msg != ffi.NULL else ""
 
 
+class UnreadableFileError(NotProResError):
+    """This build's demuxers cannot read the file (``PPR_EFORMAT``): not a
+    container it knows, or a damaged one. :class:`pyprores.decode.stream.StreamDecoder`
+    then reads it with PyAV, which says why when it cannot either."""
+
+
 def _raise(code: int, session_ptr: Any = None) -> None:
     L = _lib()
     text = _message(session_ptr) or ffi.string(L.ppr_strerror(code)).decode("utf-8", "replace")
+    if code == L.PPR_EFORMAT:
+        raise UnreadableFileError(text)
+    if code == L.PPR_ENOFILE:
+        raise PyproresError(text)
     if code == L.PPR_ENOTPRORES:
         raise NotProResError(text)
     if code in (L.PPR_ETRUNCATED, L.PPR_EDECODE):
@@ -175,6 +187,100 @@ def set_log_level(level: int) -> None:
     """Print FFmpeg's log lines up to ``level`` (AV_LOG_*: 16 error, 32 info,
     48 debug) to stderr; -8 (the default) prints nothing."""
     _lib().ppr_set_log_level(int(level))
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """The ProRes stream of a file, as :class:`FileReader` found it."""
+
+    stream_index: int
+    width: int
+    height: int
+    codec_tag: str              # e.g. "apch"
+    frames: int | None          # packets the container lists (None: it does not say)
+    time_base: Fraction         # 0 when the container gives none
+    #: "progressive", "tt", "bb", "tb", "bt": the container's, else the first frame header's
+    field_order: str
+    pix_fmt: str | None         # of the first frame header (None: no frame)
+
+
+_FIELD_ORDERS = {0: "unknown", 1: "progressive", 2: "tt", 3: "bb", 4: "tb", 5: "bt"}
+
+
+class FileReader:
+    """A file's ProRes packets, read by this build's libavformat on a thread of
+    the C library's own (``ppr_reader``, no GIL), up to ``depth`` packets ahead.
+
+    The constructor returns at once (the thread opens the file meanwhile);
+    :meth:`info` waits for the open and raises its error: PyproresError (no
+    such file), :class:`UnreadableFileError` (a container this build does not
+    read), NotProResError (no ProRes video stream). :meth:`next` gives the
+    next packet as a ``ppr_packet *`` (freed when collected, or at once with
+    ``ffi.release``), None at the end, or raises the file's DecodeError (a
+    truncated or unreadable file) after the packets before it. Use from one
+    thread at a time; :meth:`close` ends the thread."""
+
+    def __init__(self, path: str, depth: int = 4) -> None:
+        L = _lib()
+        self._ptr: Any = None
+        self.path = path
+        out = ffi.new("ppr_reader **")
+        rc = L.ppr_reader_open(out, path.encode(), int(depth))
+        if rc < 0:
+            _raise(rc)
+        self._ptr = out[0]
+        self._out = ffi.new("ppr_packet **")
+        self._info: FileInfo | None = None
+
+    def _live(self) -> Any:
+        if self._ptr is None:
+            raise ValueError("the reader is closed")
+        return self._ptr
+
+    def info(self) -> FileInfo:
+        """The stream's facts, once the file is open (waits for it)."""
+        if self._info is None:
+            L = _lib()
+            c = ffi.new("ppr_file_info *")
+            rc = L.ppr_reader_info(self._live(), c)
+            if rc < 0:
+                _raise(rc)
+            self._info = FileInfo(
+                stream_index=int(c.stream_index), width=int(c.width), height=int(c.height),
+                codec_tag=ffi.string(c.tag).decode("latin-1"), frames=int(c.frames) or None,
+                time_base=Fraction(int(c.time_base_num), int(c.time_base_den))
+                if c.time_base_den > 0 else Fraction(0),
+                field_order=_FIELD_ORDERS.get(int(c.field_order), "unknown"),
+                pix_fmt=ffi.string(c.pix_fmt).decode("ascii") or None)
+        return self._info
+
+    def next(self) -> Any:
+        """The next packet (a ``ppr_packet *``), or None at the end of the stream."""
+        L = _lib()
+        rc = L.ppr_reader_next(self._live(), self._out)   # the GIL released while it waits
+        if rc == 1:
+            return ffi.gc(self._out[0], L.ppr_packet_free)
+        if rc == 0:
+            return None
+        _raise(rc)
+
+    def close(self) -> None:
+        """Stop the thread and free the packets read ahead. Idempotent."""
+        if self._ptr is not None:
+            ptr, self._ptr = self._ptr, None
+            _lib().ppr_reader_close(ptr)
+
+    def __enter__(self) -> "FileReader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
 
 
 class Session:

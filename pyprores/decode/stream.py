@@ -37,7 +37,7 @@ from typing import Any, Generator, Iterable, Iterator, Union
 import numpy as np
 
 from . import native
-from ..errors import DecodeError, DeviceError
+from ..errors import DecodeError, DeviceError, PyproresError
 from ..model import PLANE_NAMES, Frame
 
 __all__ = ["DecodedFrame", "StreamDecoder", "open_decoder"]
@@ -46,6 +46,9 @@ Packet = Union[bytes, bytearray, memoryview]
 PacketSource = Iterable[Union[Packet, "tuple[Packet, int | None]"]]
 
 _NOPTS = -0x8000000000000000   # AV_NOPTS_VALUE
+# FFmpeg's names of the ProRes profiles, by codec tag (as PyAV's stream info gives them)
+_PROFILES = {"apco": "Proxy", "apcs": "LT", "apcn": "Standard", "apch": "HQ", "ap4h": "4444",
+             "ap4x": "XQ"}
 
 
 _DEPTH = 2   # frames being downloaded (GPU copies or the thread) and not yet delivered
@@ -151,6 +154,23 @@ class _Prefetcher:
             if isinstance(item, tuple):
                 native.ffi.release(item[0])
         self._thread.join()
+
+
+class _FilePackets:
+    """A file's packets from its :class:`native.FileReader` (read ahead by the
+    C library's thread), as :class:`_Prefetcher` gives a source's: ``get()``
+    is ``(handle, None)``, None at the end, or raises the file's error after
+    the packets before it; ``stop()`` closes the reader."""
+
+    def __init__(self, reader: native.FileReader) -> None:
+        self._reader = reader
+
+    def get(self) -> tuple[Any, None] | None:
+        handle = self._reader.next()
+        return None if handle is None else (handle, None)
+
+    def stop(self) -> None:
+        self._reader.close()
 
 
 class _Download:
@@ -294,8 +314,11 @@ class DecodedFrame(Frame):
 class StreamDecoder:
     """Decode every frame of ``source`` in order; iterate it once.
 
-    ``source``: a file path (its ProRes stream is demuxed with PyAV; the codec
-    tag and time base come from the container), or an iterable of packets
+    ``source``: a file path (its ProRes stream is read by the C library with
+    this build's libavformat, on a thread of its own that opens the file while
+    the device is created and reads ``prefetch`` + 2 packets ahead; a container
+    the build does not read goes through PyAV; :attr:`reader` says which; the
+    codec tag and time base come from the container), or an iterable of packets
     (``bytes``, or ``(bytes, pts)`` pairs) with ``codec_tag`` saying 10 or 12 bit.
 
     ``backend``: ``"vulkan"`` (never a software fallback) or ``"software"``.
@@ -335,6 +358,12 @@ class StreamDecoder:
     there). ``reuse_buffers`` True or a dict always downloads on the caller's
     thread (one set of arrays, which the caller may still be reading).
     ``download_thread=True`` means ``gpu_download=False``.
+    ``output``: ``"numpy"`` (default) or ``"cuda"`` (Vulkan, on an NVIDIA GPU
+    with its CUDA driver): each frame's planes are :class:`pyprores.decode.cuda.CudaPlane`
+    objects in CUDA memory the GPU copied the frame into, DLPack producers
+    (``torch.from_dlpack(frame.planes["Y"])``) with no host copy; a frame is
+    delivered as soon as its copy is submitted, and a consumer's stream waits
+    for it. Raises :class:`pyprores.DeviceError` at once without CUDA.
     :attr:`download` says which path is in use.
 
     Errors: :class:`pyprores.NotProResError` (no ProRes stream),
@@ -347,9 +376,17 @@ class StreamDecoder:
                  *, reuse_buffers: bool | dict[str, np.ndarray] = False,
                  codec_tag: native.CodecTag | None = None, err_detect: bool = True,
                  prefetch: int = 2, download_thread: bool = False,
-                 gpu_download: bool | None = None) -> None:
+                 gpu_download: bool | None = None, output: str = "numpy") -> None:
         if int(max_in_flight) < 1:
             raise ValueError(f"max_in_flight must be >= 1, not {max_in_flight}")
+        if output not in ("numpy", "cuda"):
+            raise ValueError(f"output must be 'numpy' or 'cuda', not {output!r}")
+        if output == "cuda" and (backend != "vulkan" or reuse_buffers is not False or gpu_download
+                                 or download_thread):
+            raise ValueError("output='cuda' needs the vulkan backend, and buffers of the decoder's "
+                             "own (reuse_buffers=False, no gpu_download or download_thread)")
+        #: "numpy" or "cuda" (planes are pyprores.decode.cuda.CudaPlane, DLPack producers)
+        self.output = output
         if int(prefetch) < 0:
             raise ValueError(f"prefetch must be >= 0, not {prefetch}")
         self.prefetch = int(prefetch)
@@ -369,6 +406,10 @@ class StreamDecoder:
         #: download thread) or "software"; settled by the first frame
         self.download = "software" if backend != "vulkan" else \
             "gpu" if self._gpu is not False else "thread" if self.download_thread else "hwcontext"
+        self._cuda: Any = None
+        if output == "cuda":
+            self._gpu = False
+            self.download = "cuda"
         self.backend = backend
         self.max_in_flight = int(max_in_flight)
         self._source: Any = None
@@ -383,28 +424,69 @@ class StreamDecoder:
         self._spare: list[Any] = []   # dicts of arrays, or _HostPlanes
         self.time_base: Fraction | None = None
         self.path: str | None = None
+        #: how a file's packets are read: "native" (this build's libavformat on a
+        #: thread of the C library's own), "pyav" (a container it does not read),
+        #: None for a packet source
+        self.reader: str | None = None
+        self._reader: native.FileReader | None = None
+        self._packets: Iterable[Any] = ()
+        self.info: Any = None
+        tag = codec_tag if codec_tag is not None else "apch"
         if isinstance(source, (str, os.PathLike)):
-            from . import demux
             self.path = os.fspath(source)
-            self._source = demux.open(self.path)
-            self.info = self._source.info
-            self.time_base = self.info.time_base or None
-            tag = codec_tag if codec_tag is not None else (self.info.codec_tag or "apch")
-            self._packets: Iterable[Any] = self._source.timed_packets()
+            if not os.path.exists(self.path):
+                raise PyproresError(f"{self.path}: no such file")
+            if os.path.isdir(self.path):
+                raise PyproresError(f"{self.path} is a directory, not a video file")
+            # the reader's thread opens the file while the device is created below
+            self._reader = native.FileReader(self.path, max(1, self.prefetch) + 2)
         else:
-            self.info = None
-            tag = codec_tag if codec_tag is not None else "apch"
             self._packets = source
-        self.codec_tag = native.codec_tag_int(tag)
         try:
-            self._session = native.Session(backend, device, threads)
-            flags = native.lib.PPR_STREAM_ERR_DETECT if err_detect else 0
-            rc = native.lib.ppr_stream_config(self._session._live(), self.max_in_flight, flags)
-            if rc < 0:
-                native._raise(rc, self._session._live())
+            try:
+                self._session = native.Session(backend, device, threads)
+                flags = native.lib.PPR_STREAM_ERR_DETECT if err_detect else 0
+                rc = native.lib.ppr_stream_config(self._session._live(), self.max_in_flight, flags)
+                if rc < 0:
+                    native._raise(rc, self._session._live())
+                if output == "cuda":
+                    from .cuda import CudaContext
+                    self._cuda = CudaContext(self._session)   # DeviceError without CUDA
+            except BaseException:
+                if self.path is not None:
+                    self._open_file(codec_tag)   # the file's error, if any, comes first
+                raise
+            if self.path is not None:
+                tag = self._open_file(codec_tag)
         except BaseException:
             self.close()
             raise
+        self.codec_tag = native.codec_tag_int(tag)
+
+    def _open_file(self, codec_tag: native.CodecTag | None) -> native.CodecTag:
+        """Wait for the file's open; ``info``, ``time_base``, the packets; the codec tag.
+        A container this build does not read is read with PyAV (which says why
+        when it cannot either)."""
+        if self.info is not None:
+            return codec_tag if codec_tag is not None else (self.info.codec_tag or "apch")
+        from . import demux
+        try:
+            fi = self._reader.info()
+        except native.UnreadableFileError:
+            self._reader.close()
+            self._reader = None
+            self._source = demux.open(self.path)
+            self.info = self._source.info
+            self._packets = self._source.timed_packets()
+            self.reader = "pyav"
+        else:
+            self.info = demux.StreamInfo(
+                path=self.path, index=fi.stream_index, width=fi.width, height=fi.height,
+                frames=fi.frames, codec_tag=fi.codec_tag, profile=_PROFILES.get(fi.codec_tag),
+                pix_fmt=fi.pix_fmt, field_order=fi.field_order, time_base=fi.time_base)
+            self.reader = "native"
+        self.time_base = self.info.time_base or None
+        return codec_tag if codec_tag is not None else (self.info.codec_tag or "apch")
 
     # -- iteration ----------------------------------------------------------
 
@@ -480,11 +562,14 @@ class StreamDecoder:
         self._count = 0
         error: BaseException | None = None
         packets: Any = None
-        prefetcher: _Prefetcher | None = None
+        prefetcher: _Prefetcher | _FilePackets | None = None
         try:
-            packets = iter(self._packets)
-            if self.prefetch:
-                prefetcher, packets = _Prefetcher(packets, self.prefetch), None
+            if self._reader is not None:
+                prefetcher = _FilePackets(self._reader)
+            else:
+                packets = iter(self._packets)
+                if self.prefetch:
+                    prefetcher, packets = _Prefetcher(packets, self.prefetch), None
             n = 0
             while True:
                 if prefetcher is not None:
@@ -634,6 +719,8 @@ class StreamDecoder:
     def _deliver(self, ptr: Any, c_frame: Any) -> DecodedFrame | _Download | _GpuCopy:
         """The received frame: a GPU copy started, a job for the download
         thread, or a frame downloaded on this thread."""
+        if self._cuda is not None:
+            return self._to_cuda(ptr, c_frame)
         if self._gpu is not False:
             try:
                 host = self._host_planes(ptr, c_frame.layout)
@@ -665,6 +752,26 @@ class StreamDecoder:
         self._spare = ([h for h in self._spare if not _unheld(h.arrays if isinstance(h, _HostPlanes)
                                                                else h)] + [host])[-_SPARE:]
         return host
+
+    def _to_cuda(self, ptr: Any, c_frame: Any) -> DecodedFrame:
+        """The received frame copied (on the GPU) into a CUDA buffer: one that
+        nothing holds any more (no plane, frame or tensor), or a new one. The
+        frame is delivered at once: its planes' consumers wait for the copy in
+        their CUDA stream."""
+        from .cuda import CudaPlanes
+        shapes = _shapes(c_frame.layout)
+        for planes in self._spare:
+            if isinstance(planes, CudaPlanes) and planes.shapes == shapes and \
+                    _unheld(planes.arrays) and not planes.tensors_alive():
+                break
+        else:
+            planes = CudaPlanes(self._cuda, shapes)
+            self._spare = ([p for p in self._spare if not (_unheld(p.arrays) and not p.tensors_alive())]
+                           + [planes])[-_SPARE:]
+        rc = native.lib.ppr_cuda_download_start(ptr, planes.handle, planes.planes)
+        if rc < 0:
+            self._fail(rc, ptr, self._count)
+        return self._frame(c_frame, planes.arrays)
 
     def _start_copy(self, ptr: Any, c_frame: Any, host: _HostPlanes) -> DecodedFrame | _GpuCopy:
         rc = native.lib.ppr_download_start(ptr, host.handle, host.planes)
@@ -731,9 +838,15 @@ class StreamDecoder:
             gen.close()
         # host buffers nobody holds go now (one still in a frame lives on with it)
         self._spare, self._buffers = [], None
+        if self._cuda is not None:   # its buffers (frames, tensors) keep it alive
+            self._cuda.close()
+            self._cuda = None
         if self._session is not None:
             self._session.close()
             self._session = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
         if self._source is not None:
             self._source.close()
             self._source = None

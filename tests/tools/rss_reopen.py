@@ -14,6 +14,9 @@ MODE
            once to the end, once left after two frames with packets prepared
            and not sent (prefetch 3) and frames handed to the download
            thread and not delivered, the device kept open as for stream
+  file     pyprores.open_decoder over SMALL's file (the C library's reader
+           thread), left after its first frame with packets read ahead and
+           frames in flight, then over LARGE's to the end, the device kept open
   session  N sessions one after the other, each decoding the first packet of
            SMALL; none is open in between, so each creates the device anew
 
@@ -81,6 +84,15 @@ def main(argv: list[str]) -> int:
                 for n, _ in enumerate(dec):
                     if n == 1:
                         break
+    elif mode == "file":
+        keep = native.Session(backend)
+
+        def one_round() -> None:
+            with pyprores.open_decoder(small, backend=backend, max_in_flight=2, prefetch=1) as dec:
+                next(iter(dec))
+            with pyprores.open_decoder(large, backend=backend, max_in_flight=2) as dec:
+                assert sum(1 for _ in dec) > 0
+            assert native.lib.ppr_readers_live() == 0
     elif mode == "session":
         def one_round() -> None:
             with native.Session(backend) as s:
