@@ -12,7 +12,7 @@ against; ``pyprores --build NAME`` / ``PYPRORES_BUILD=NAME`` then load it
 
 FFmpeg comes from ``$PYPRORES_FFMPEG_DIR`` (default: ``<repo>/build/ffmpeg``,
 made by ``./scripts/setup``), which must hold ``include/`` and ``lib/`` with
-the shared libavcodec/libavutil; the extension gets an rpath to that ``lib/``.
+the shared libavformat/libavcodec/libavutil; the extension gets an rpath to that ``lib/``.
 Vulkan headers: ``$PYPRORES_VULKAN_INCLUDE`` if set, else the vendored
 ``shared/vendor/vulkan-headers-*`` beside or inside the repo when present,
 else the system's.
@@ -34,7 +34,7 @@ from cffi import FFI
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 HEADER = os.path.join(HERE, "pyprores.h")
-SOURCES = ["pyprores.c", "prores_headers.c", "hostdl.c"]
+SOURCES = ["pyprores.c", "prores_headers.c", "hostdl.c", "reader.c", "cudaip.c"]
 
 
 def ffmpeg_dir() -> str:
@@ -109,6 +109,33 @@ def cdef_from_header(path: str = HEADER) -> str:
     return text[start:end]
 
 
+# Compiled into the extension only (it needs Python.h): the destructor of a
+# DLPack capsule (pyprores.decode.cuda makes them with PyCapsule_New). A capsule that
+# a consumer took was renamed ("used_dltensor"): the consumer calls the
+# tensor's deleter then; one never taken still has its name, and its tensor
+# is deleted here.
+PY_CDEF = "void ppr_py_dlpack_capsule_destructor(void *capsule);"
+PY_SOURCE = r"""
+static void ppr_py_dlpack_capsule_destructor(void *obj)
+{
+    PyObject *capsule = obj, *type, *value, *tb;
+    int versioned;
+    void *managed;
+
+    versioned = PyCapsule_IsValid(capsule, "dltensor_versioned");
+    if (!versioned && !PyCapsule_IsValid(capsule, "dltensor"))
+        return;
+    PyErr_Fetch(&type, &value, &tb);
+    managed = PyCapsule_GetPointer(capsule, versioned ? "dltensor_versioned" : "dltensor");
+    if (managed)
+        ppr_dlpack_delete(managed, versioned);
+    else
+        PyErr_WriteUnraisable(capsule);
+    PyErr_Restore(type, value, tb);
+}
+"""
+
+
 def _source_path(name: str) -> str:
     path = os.path.join(HERE, name)
     try:  # setuptools prefers paths relative to setup.py's directory
@@ -129,14 +156,15 @@ def make_builder(absolute_sources: bool = False, fdir: str | None = None) -> FFI
             "FFmpeg 7.1 or 9.0 install with include/ and lib/")
     builder = FFI()
     builder.cdef(cdef_from_header())
+    builder.cdef(PY_CDEF)
     builder.set_source(
         "pyprores._native",
-        '#include "pyprores.h"\n',
+        '#include "pyprores.h"\n' + PY_SOURCE,
         sources=[os.path.join(HERE, s) if absolute_sources else _source_path(s)
                  for s in SOURCES],
         include_dirs=[HERE, inc] + vulkan_include_dirs(),
         library_dirs=[lib],
-        libraries=["avcodec", "avutil", "pthread"],
+        libraries=["avformat", "avcodec", "avutil", "pthread", "dl"],
         extra_compile_args=["-std=gnu11", "-O2", "-Wall"],
         extra_link_args=[f"-Wl,-rpath,{lib}"],
     )

@@ -27,36 +27,7 @@
 #include <libavutil/version.h>
 
 #include "internal.h"
-
-/* The Vulkan calls made here, loaded through the device context's
- * get_proc_addr: the extension does not link the loader itself. */
-typedef struct host_vk {
-    PFN_vkGetPhysicalDeviceMemoryProperties GetPhysicalDeviceMemoryProperties;
-    PFN_vkGetDeviceProcAddr GetDeviceProcAddr;
-    PFN_vkCreateBuffer CreateBuffer;
-    PFN_vkDestroyBuffer DestroyBuffer;
-    PFN_vkGetBufferMemoryRequirements GetBufferMemoryRequirements;
-    PFN_vkAllocateMemory AllocateMemory;
-    PFN_vkFreeMemory FreeMemory;
-    PFN_vkBindBufferMemory BindBufferMemory;
-    PFN_vkMapMemory MapMemory;
-    PFN_vkUnmapMemory UnmapMemory;
-    PFN_vkInvalidateMappedMemoryRanges InvalidateMappedMemoryRanges;
-    PFN_vkCreateCommandPool CreateCommandPool;
-    PFN_vkDestroyCommandPool DestroyCommandPool;
-    PFN_vkAllocateCommandBuffers AllocateCommandBuffers;
-    PFN_vkResetCommandPool ResetCommandPool;
-    PFN_vkBeginCommandBuffer BeginCommandBuffer;
-    PFN_vkEndCommandBuffer EndCommandBuffer;
-    PFN_vkCmdPipelineBarrier CmdPipelineBarrier;
-    PFN_vkCmdCopyImageToBuffer CmdCopyImageToBuffer;
-    PFN_vkCreateFence CreateFence;
-    PFN_vkDestroyFence DestroyFence;
-    PFN_vkResetFences ResetFences;
-    PFN_vkWaitForFences WaitForFences;
-    PFN_vkGetDeviceQueue2 GetDeviceQueue2;
-    PFN_vkQueueSubmit QueueSubmit;
-} host_vk;
+#include "vkcopy.h"
 
 struct ppr_host_buffer {
     AVBufferRef *device;            /* keeps the VkDevice alive */
@@ -87,7 +58,7 @@ static int g_live;                  /* buffers not freed (__atomic) */
  * cannot be reused or freed before the GPU is done with it). */
 #define WAIT_NS (60ULL * 1000 * 1000 * 1000)
 
-static int load(host_vk *f, const AVVulkanDeviceContext *hw)
+int ppr__vk_load(host_vk *f, const AVVulkanDeviceContext *hw)
 {
 #define INST(name) \
     if (!(f->name = (PFN_vk##name)hw->get_proc_addr(hw->inst, "vk" #name))) \
@@ -104,7 +75,13 @@ static int load(host_vk *f, const AVVulkanDeviceContext *hw)
     DEV(ResetCommandPool) DEV(BeginCommandBuffer) DEV(EndCommandBuffer)
     DEV(CmdPipelineBarrier) DEV(CmdCopyImageToBuffer)
     DEV(CreateFence) DEV(DestroyFence) DEV(ResetFences) DEV(WaitForFences)
+    DEV(CreateSemaphore) DEV(DestroySemaphore) DEV(GetSemaphoreCounterValue)
     DEV(GetDeviceQueue2) DEV(QueueSubmit)
+    /* optional: the CUDA interop's (cudaip.c), NULL without the extensions */
+    f->GetMemoryFdKHR = (PFN_vkGetMemoryFdKHR)f->GetDeviceProcAddr(hw->act_dev, "vkGetMemoryFdKHR");
+    f->GetSemaphoreFdKHR = (PFN_vkGetSemaphoreFdKHR)f->GetDeviceProcAddr(hw->act_dev, "vkGetSemaphoreFdKHR");
+    f->GetPhysicalDeviceProperties2 = (PFN_vkGetPhysicalDeviceProperties2)
+        hw->get_proc_addr(hw->inst, "vkGetPhysicalDeviceProperties2");
 #undef INST
 #undef DEV
     return 0;
@@ -138,7 +115,7 @@ static int pick_memory_type(const VkPhysicalDeviceMemoryProperties *props, uint3
  * compute (a copy engine, which leaves the decoder's queues alone) when the
  * device has it, preferably one without video or optical flow work (NVIDIA's
  * decode family can transfer too), else any that can transfer. */
-static int pick_queue_family(const AVVulkanDeviceContext *hw, uint32_t *qf, int *nb)
+int ppr__pick_queue_family(const AVVulkanDeviceContext *hw, uint32_t *qf, int *nb)
 {
     int i, best = -1, best_score = -1;
 
@@ -164,7 +141,7 @@ static int pick_queue_family(const AVVulkanDeviceContext *hw, uint32_t *qf, int 
     return 0;
 }
 
-static void lock_queue(AVHWDeviceContext *dc, uint32_t qf, uint32_t qi, int lock)
+void ppr__lock_queue(AVHWDeviceContext *dc, uint32_t qf, uint32_t qi, int lock)
 {
     AVVulkanDeviceContext *hw = dc->hwctx;
 #if LIBAVUTIL_VERSION_MAJOR >= 60
@@ -247,8 +224,8 @@ int ppr__host_buffer_create(ppr_host_buffer **out, AVBufferRef *device, size_t s
     b->release_opaque = release_opaque;
     __atomic_add_fetch(&g_live, 1, __ATOMIC_RELAXED);
 
-    if ((ret = load(&b->vk, hw)) < 0 ||
-        (ret = pick_queue_family(hw, &b->qf, &nb_queues)) < 0)
+    if ((ret = ppr__vk_load(&b->vk, hw)) < 0 ||
+        (ret = ppr__pick_queue_family(hw, &b->qf, &nb_queues)) < 0)
         goto fail;
     b->dev = hw->act_dev;
     b->alloc = hw->alloc;
@@ -401,7 +378,12 @@ static int check_planes(const ppr_host_buffer *b, int nb_planes,
     return 0;
 }
 
-int ppr__host_download_start(ppr_host_buffer *b, AVFrame *frame, const ppr_planes *out)
+/* Record and submit the copy of a Vulkan frame into c->buf, synchronised as
+ * libavutil does for its own work on hwcontext frames: under lock_frame(),
+ * wait for each image's timeline semaphore at its value, signal the next
+ * value, and record the layout and access the images are left in. */
+int ppr__vk_copy_submit(const ppr__vk_copy *c, AVFrame *frame, const size_t offset[4],
+                        const ppr_planes *out)
 {
     static const VkImageAspectFlags plane_aspect[] = {
         VK_IMAGE_ASPECT_PLANE_0_BIT, VK_IMAGE_ASPECT_PLANE_1_BIT, VK_IMAGE_ASPECT_PLANE_2_BIT,
@@ -411,21 +393,19 @@ int ppr__host_download_start(ppr_host_buffer *b, AVFrame *frame, const ppr_plane
     AVHWDeviceContext *dc;
     AVVkFrame *vkf;
     VkImageMemoryBarrier bar[AV_NUM_DATA_POINTERS];
-    VkSemaphore sems[AV_NUM_DATA_POINTERS];
-    uint64_t wait_val[AV_NUM_DATA_POINTERS], signal_val[AV_NUM_DATA_POINTERS];
+    VkSemaphore sems[AV_NUM_DATA_POINTERS], sig[AV_NUM_DATA_POINTERS + 1];
+    uint64_t wait_val[AV_NUM_DATA_POINTERS], signal_val[AV_NUM_DATA_POINTERS + 1];
     VkPipelineStageFlags wait_stage[AV_NUM_DATA_POINTERS];
-    size_t offset[4];
-    AVFrame *hold;
-    int nb_images = 0, nb_planes, multiplane, i, ret = 0;
+    int nb_images = 0, nb_planes, multiplane, i;
     VkResult r;
 
     if (!frame || frame->format != AV_PIX_FMT_VULKAN || !frame->hw_frames_ctx || !frame->data[0])
         return ppr__fail(PPR_EINVAL, "not a Vulkan frame");
     fc = (AVHWFramesContext *)frame->hw_frames_ctx->data;
-    if (fc->device_ref->data != b->device->data)
-        return ppr__fail(PPR_EINVAL, "the host buffer belongs to another Vulkan device");
     vfc = fc->hwctx;
     dc = fc->device_ctx;
+    if (((AVVulkanDeviceContext *)dc->hwctx)->act_dev != c->dev)
+        return ppr__fail(PPR_EINVAL, "the buffer belongs to another Vulkan device");
     vkf = (AVVkFrame *)frame->data[0];
     while (nb_images < AV_NUM_DATA_POINTERS && vkf->img[nb_images])
         nb_images++;
@@ -433,33 +413,21 @@ int ppr__host_download_start(ppr_host_buffer *b, AVFrame *frame, const ppr_plane
     multiplane = nb_images == 1 && nb_planes > 1;
     if (nb_planes > 4 || (!multiplane && nb_images != nb_planes) ||
         (multiplane && nb_planes > 3))
-        return ppr__fail(PPR_EINVAL, "%d planes in %d images: not a layout host buffers take",
+        return ppr__fail(PPR_EINVAL, "%d planes in %d images: not a layout buffers take",
                          nb_planes, nb_images);
-    if ((ret = check_planes(b, nb_planes, out, offset)) < 0)
-        return ret;
-    /* the images must outlive the copy: the buffer holds the frame till then */
-    if (!(hold = av_frame_alloc()))
-        return ppr__fail(PPR_ENOMEM, "out of memory");
+    if (out->count != nb_planes)
+        return ppr__fail(PPR_EINVAL, "the frame has %d planes, got %d", nb_planes, out->count);
 
-    pthread_mutex_lock(&b->lock);
-    if (b->pending) {
-        pthread_mutex_unlock(&b->lock);
-        av_frame_free(&hold);
-        return ppr__fail(PPR_EINVAL, "the host buffer has a download in progress: wait for it first");
-    }
-    r = b->vk.ResetCommandPool(b->dev, b->pool, 0);
+    r = c->vk->ResetCommandPool(c->dev, c->pool, 0);
     if (r == VK_SUCCESS)
-        r = b->vk.BeginCommandBuffer(b->cmd, &(VkCommandBufferBeginInfo) {
+        r = c->vk->BeginCommandBuffer(c->cmd, &(VkCommandBufferBeginInfo) {
             .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
             .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT,
         });
     if (r == VK_SUCCESS)
-        r = b->vk.ResetFences(b->dev, 1, &b->fence);
-    if (r != VK_SUCCESS) {
-        pthread_mutex_unlock(&b->lock);
-        av_frame_free(&hold);
+        r = c->vk->ResetFences(c->dev, 1, &c->fence);
+    if (r != VK_SUCCESS)
         return ppr__fail(PPR_ENODEVICE, "could not record a download (VkResult %d)", (int)r);
-    }
 
     /* From here until the submission, no one else may touch the frame's
      * semaphores and layouts (the decoder's threads use the same lock). */
@@ -482,12 +450,12 @@ int ppr__host_download_start(ppr_host_buffer *b, AVFrame *frame, const ppr_plane
                 .layerCount = 1,
             },
         };
-        sems[i] = vkf->sem[i];
+        sems[i] = sig[i] = vkf->sem[i];
         wait_val[i] = vkf->sem_value[i];
         signal_val[i] = vkf->sem_value[i] + 1;
         wait_stage[i] = VK_PIPELINE_STAGE_ALL_COMMANDS_BIT;
     }
-    b->vk.CmdPipelineBarrier(b->cmd, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT,
+    c->vk->CmdPipelineBarrier(c->cmd, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT,
                              VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 0, NULL, 0, NULL,
                              nb_images, bar);
     for (i = 0; i < nb_planes; i++) {
@@ -501,38 +469,46 @@ int ppr__host_download_start(ppr_host_buffer *b, AVFrame *frame, const ppr_plane
             },
             .imageExtent = { (uint32_t)p->width, (uint32_t)p->height, 1 },
         };
-        b->vk.CmdCopyImageToBuffer(b->cmd, vkf->img[multiplane ? 0 : i],
-                                   VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL, b->buf, 1, &region);
+        c->vk->CmdCopyImageToBuffer(c->cmd, vkf->img[multiplane ? 0 : i],
+                                   VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL, c->buf, 1, &region);
     }
-    /* the copy's writes, made visible to the host that waits for the fence */
-    b->vk.CmdPipelineBarrier(b->cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT,
-                             0, 1, &(VkMemoryBarrier) {
-                                 .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-                                 .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
-                                 .dstAccessMask = VK_ACCESS_HOST_READ_BIT,
-                             }, 0, NULL, 0, NULL);
-    r = b->vk.EndCommandBuffer(b->cmd);
+    /* the copy's writes, made visible to the host that waits for the fence
+     * (the extra semaphore's signal makes them available to its waiter) */
+    if (c->to_host)
+        c->vk->CmdPipelineBarrier(c->cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT,
+                                  0, 1, &(VkMemoryBarrier) {
+                                      .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                                      .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
+                                      .dstAccessMask = VK_ACCESS_HOST_READ_BIT,
+                                  }, 0, NULL, 0, NULL);
+    r = c->vk->EndCommandBuffer(c->cmd);
     if (r == VK_SUCCESS) {
-        VkTimelineSemaphoreSubmitInfo tl = {
+        int nb_signal = nb_images;
+        VkTimelineSemaphoreSubmitInfo tl;
+        if (c->signal) {
+            sig[nb_signal] = c->signal;
+            signal_val[nb_signal++] = c->signal_value;
+        }
+        tl = (VkTimelineSemaphoreSubmitInfo) {
             .sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO,
             .waitSemaphoreValueCount = nb_images,
             .pWaitSemaphoreValues = wait_val,
-            .signalSemaphoreValueCount = nb_images,
+            .signalSemaphoreValueCount = nb_signal,
             .pSignalSemaphoreValues = signal_val,
         };
-        lock_queue(dc, b->qf, b->qi, 1);
-        r = b->vk.QueueSubmit(b->queue, 1, &(VkSubmitInfo) {
+        ppr__lock_queue(dc, c->qf, c->qi, 1);
+        r = c->vk->QueueSubmit(c->queue, 1, &(VkSubmitInfo) {
             .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
             .pNext = &tl,
             .waitSemaphoreCount = nb_images,
             .pWaitSemaphores = sems,
             .pWaitDstStageMask = wait_stage,
             .commandBufferCount = 1,
-            .pCommandBuffers = &b->cmd,
-            .signalSemaphoreCount = nb_images,
-            .pSignalSemaphores = sems,
-        }, b->fence);
-        lock_queue(dc, b->qf, b->qi, 0);
+            .pCommandBuffers = &c->cmd,
+            .signalSemaphoreCount = nb_signal,
+            .pSignalSemaphores = sig,
+        }, c->fence);
+        ppr__lock_queue(dc, c->qf, c->qi, 0);
     }
     if (r == VK_SUCCESS) {
         for (i = 0; i < nb_images; i++) {
@@ -542,12 +518,43 @@ int ppr__host_download_start(ppr_host_buffer *b, AVFrame *frame, const ppr_plane
         }
     }
     vfc->unlock_frame(fc, vkf);
-    if (r != VK_SUCCESS) {
-        pthread_mutex_unlock(&b->lock);
-        av_frame_free(&hold);
+    if (r != VK_SUCCESS)
         return ppr__fail(r == VK_ERROR_OUT_OF_HOST_MEMORY || r == VK_ERROR_OUT_OF_DEVICE_MEMORY ?
                          PPR_ENOMEM : PPR_ENODEVICE,
                          "could not submit a download (VkResult %d)", (int)r);
+    return 0;
+}
+
+int ppr__host_download_start(ppr_host_buffer *b, AVFrame *frame, const ppr_planes *out)
+{
+    size_t offset[4];
+    AVFrame *hold;
+    int ret;
+
+    if (!frame || frame->format != AV_PIX_FMT_VULKAN || !frame->hw_frames_ctx || !frame->data[0])
+        return ppr__fail(PPR_EINVAL, "not a Vulkan frame");
+    if (((AVHWFramesContext *)frame->hw_frames_ctx->data)->device_ref->data != b->device->data)
+        return ppr__fail(PPR_EINVAL, "the host buffer belongs to another Vulkan device");
+    if ((ret = check_planes(b, out->count, out, offset)) < 0)
+        return ret;
+    /* the images must outlive the copy: the buffer holds the frame till then */
+    if (!(hold = av_frame_alloc()))
+        return ppr__fail(PPR_ENOMEM, "out of memory");
+
+    pthread_mutex_lock(&b->lock);
+    if (b->pending) {
+        pthread_mutex_unlock(&b->lock);
+        av_frame_free(&hold);
+        return ppr__fail(PPR_EINVAL, "the host buffer has a download in progress: wait for it first");
+    }
+    ret = ppr__vk_copy_submit(&(ppr__vk_copy) {
+            .vk = &b->vk, .dev = b->dev, .queue = b->queue, .qf = b->qf, .qi = b->qi,
+            .pool = b->pool, .cmd = b->cmd, .fence = b->fence, .buf = b->buf, .to_host = 1,
+        }, frame, offset, out);
+    if (ret < 0) {
+        pthread_mutex_unlock(&b->lock);
+        av_frame_free(&hold);
+        return ret;
     }
     av_frame_move_ref(hold, frame);
     b->frame = hold;

@@ -144,6 +144,9 @@ const char *ppr_strerror(int code)
     case PPR_ETRUNCATED: return "truncated ProRes frame";
     case PPR_EDECODE:    return "ProRes decoding failed";
     case PPR_ENOMEM:     return "out of memory";
+    case PPR_EAGAIN:     return "receive frames first, then send the packet again";
+    case PPR_EFORMAT:    return "this FFmpeg build cannot read the file";
+    case PPR_ENOFILE:    return "no such file";
     }
     if (av_strerror(code, tls_strerror, sizeof(tls_strerror)) < 0)
         snprintf(tls_strerror, sizeof(tls_strerror), "unknown error %d", code);
@@ -1530,10 +1533,6 @@ void ppr_stream_reset(ppr_session *s)
     tls_session = NULL;
 }
 
-struct ppr_packet {
-    AVPacket *av;       /* refcounted, padded, pts set */
-};
-
 ppr_packet *ppr_packet_new(const uint8_t *data, size_t size, int64_t pts)
 {
     ppr_packet *p;
@@ -1561,6 +1560,11 @@ ppr_packet *ppr_packet_new(const uint8_t *data, size_t size, int64_t pts)
 size_t ppr_packet_size(const ppr_packet *p)
 {
     return p ? (size_t)p->av->size : 0;
+}
+
+const uint8_t *ppr_packet_data(const ppr_packet *p)
+{
+    return p ? p->av->data : NULL;
 }
 
 void ppr_packet_free(ppr_packet *p)
@@ -1950,6 +1954,51 @@ int ppr_download_start(ppr_session *s, ppr_host_buffer *b, ppr_planes *out)
     if ((ret = check_layout(s, &s->st_layout, out)) < 0)
         return leave(ret);
     ret = ppr__host_download_start(b, s->frame, out);
+    if (ret < 0) {
+        snprintf(s->err, sizeof(s->err), "%s", tls_err);
+        return leave(ret);
+    }
+    copy_damage(out, &s->st_layout);
+    av_frame_unref(s->frame);   /* moved into the buffer already */
+    av_frame_unref(s->swframe);
+    s->st_have = 0;
+    return leave(0);
+}
+
+int ppr_cuda_open(ppr_session *s, ppr_cuda **out)
+{
+    int ret;
+
+    enter(s);
+    if (!s || !out)
+        return leave(ppr__fail(PPR_EINVAL, "session or out is NULL"));
+    *out = NULL;
+    if (s->backend != BACKEND_VULKAN || !s->hw_device || !s->dev)
+        return leave(sfail(s, PPR_EINVAL, "CUDA frames need a Vulkan session"));
+    /* like a host buffer, the CUDA side holds the shared device */
+    pthread_mutex_lock(&g_lock);
+    s->dev->holds++;
+    pthread_mutex_unlock(&g_lock);
+    ret = ppr__cuda_create(out, s->hw_device, s->device_name, host_buffer_release, s->dev);
+    if (ret < 0)
+        snprintf(s->err, sizeof(s->err), "%s", tls_err);
+    return leave(ret);
+}
+
+int ppr_cuda_download_start(ppr_session *s, ppr_cuda_buffer *b, ppr_planes *out)
+{
+    int ret;
+
+    enter(s);
+    if (!s || !b || !out)
+        return leave(ppr__fail(PPR_EINVAL, "session, CUDA buffer or planes is NULL"));
+    if (!s->stream || !s->st_have)
+        return leave(sfail(s, PPR_EINVAL, "no frame received: call ppr_receive_frame first"));
+    if (s->backend != BACKEND_VULKAN)
+        return leave(sfail(s, PPR_EINVAL, "CUDA buffers take Vulkan frames"));
+    if ((ret = check_layout(s, &s->st_layout, out)) < 0)
+        return leave(ret);
+    ret = ppr__cuda_download_start(b, s->frame, out);
     if (ret < 0) {
         snprintf(s->err, sizeof(s->err), "%s", tls_err);
         return leave(ret);

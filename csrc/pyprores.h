@@ -61,7 +61,9 @@ enum {
     PPR_ETRUNCATED = -20005, /* the packet ends before the headers/slices it declares */
     PPR_EDECODE    = -20006, /* invalid header field, or FFmpeg's decoder rejected the data */
     PPR_ENOMEM     = -20007, /* out of memory */
-    PPR_EAGAIN     = -20008  /* streaming: receive frames first, then send the packet again */
+    PPR_EAGAIN     = -20008, /* streaming: receive frames first, then send the packet again */
+    PPR_EFORMAT    = -20009, /* files: this build's demuxers cannot read the file */
+    PPR_ENOFILE    = -20010  /* files: no such file */
 };
 
 /* Field of a coded picture (ppr_picture_info.field). */
@@ -389,8 +391,9 @@ typedef struct ppr_packet ppr_packet;
  * memory or too large (ppr_last_error(NULL) of the calling thread says). */
 ppr_packet *ppr_packet_new(const uint8_t *data, size_t size, int64_t pts);
 
-/* Its size in bytes (without the padding). NULL-safe (0). */
+/* Its size in bytes (without the padding), and its data. NULL-safe (0, NULL). */
 size_t ppr_packet_size(const ppr_packet *packet);
+const uint8_t *ppr_packet_data(const ppr_packet *packet);
 
 /* Free a packet (the decoder keeps its own reference to what it was sent).
  * NULL-safe. */
@@ -478,6 +481,146 @@ int ppr_host_buffers_live(void);
 /* Drop every frame in flight and close the streaming decoder (its threads end).
  * The session stays open. NULL-safe. */
 void ppr_stream_reset(ppr_session *session);
+
+/* --- files ------------------------------------------------------------------ */
+
+/* A file's ProRes packets, read by this build's libavformat on a thread of
+ * the reader's own, up to `depth` packets ahead of the caller:
+ *
+ *     ppr_reader_open(&r, "clip.mov", 4);     // returns at once; the thread opens the file
+ *     ...                                     // e.g. ppr_open: the device is created meanwhile
+ *     ppr_reader_info(r, &info);              // waits for the open: the stream's facts
+ *     while ((ret = ppr_reader_next(r, &p)) == 1) {   // blocks while none is read yet
+ *         ppr_send_prepared(s, p, info.codec_tag);    // (receive frames on PPR_EAGAIN)
+ *         ppr_packet_free(p);
+ *     }                                       // 0: the end; < 0: the file's error
+ *     ppr_reader_close(r);
+ *
+ * Packets are those of av_read_frame() (no copy: padded and refcounted as
+ * libavformat reads them), of the first ProRes video stream, empty ones left
+ * out, with their pts. The file is opened without avformat_find_stream_info()
+ * (the container's header says all that is needed); the open ends once the
+ * first packet is read (or the file has none). A packet shorter than
+ * the frame size in its first 4 bytes, or fewer packets than the container
+ * lists, is PPR_ETRUNCATED and a read error PPR_EDECODE, each after the
+ * packets before it. Errors of the open (ppr_reader_info, or ppr_reader_next
+ * then): PPR_ENOFILE, PPR_EFORMAT (not a container this build reads; FFmpeg's
+ * reason in the message), PPR_ENOTPRORES (no ProRes video stream; the message
+ * lists the streams). Messages: ppr_last_error(NULL) of the calling thread.
+ * One caller thread at a time per reader; ppr_reader_close ends the thread
+ * (a read in progress is interrupted) and frees what was read ahead. */
+typedef struct ppr_reader ppr_reader;
+
+/* The ProRes stream's facts, from the container. */
+typedef struct ppr_file_info {
+    int stream_index;
+    int width;
+    int height;
+    uint32_t codec_tag;         /* e.g. MKTAG('a','p','c','h'): 10 or 12 bit      */
+    char tag[8];                /* the same as text, e.g. "apch"                  */
+    int64_t frames;             /* packets the container lists, 0 when unknown    */
+    int time_base_num;          /* pts unit: time_base_num / time_base_den s      */
+    int time_base_den;
+    int field_order;            /* AVFieldOrder (1 progressive, 2 tt, 3 bb, 4 tb, 5 bt):
+                                   the container's, else the first frame header's;
+                                   0 unknown (no frame)                            */
+    char pix_fmt[32];           /* the first frame header's (ppr_inspect_header), "" without one */
+} ppr_file_info;
+
+/* Start reading `path` with at most `depth` (1..1024) packets read ahead.
+ * Fails only on bad arguments or no memory: the file's errors come from
+ * ppr_reader_info/ppr_reader_next. */
+int ppr_reader_open(ppr_reader **out, const char *path, int depth);
+
+/* Wait until the file is open: 0 and *info, or the open's error. */
+int ppr_reader_info(ppr_reader *reader, ppr_file_info *info);
+
+/* The next packet (1, *out is the caller's: ppr_packet_free), 0 at the end
+ * of the stream, or an error (the file's, after the packets before it). */
+int ppr_reader_next(ppr_reader *reader, ppr_packet **out);
+
+/* Stop the thread and free the reader and its queued packets. NULL-safe. */
+void ppr_reader_close(ppr_reader *reader);
+
+/* Readers not closed, in the whole process (for tests). */
+int ppr_readers_live(void);
+
+/* --- CUDA ------------------------------------------------------------------- */
+
+/* Frames for CUDA without a host copy (vulkan sessions on an NVIDIA GPU): the
+ * GPU copies each frame into a buffer of device memory that Vulkan exports
+ * (VK_KHR_external_memory_fd) and CUDA imports, and signals a timeline
+ * semaphore that CUDA waits on in the consumer's stream
+ * (VK_KHR_external_semaphore_fd). The CUDA driver (libcuda.so.1) is loaded at
+ * run time; without it, or on a Vulkan device that is not a CUDA device,
+ * ppr_cuda_open fails with PPR_ENODEVICE and a message that says so.
+ *
+ *     ppr_cuda_open(s, &c);                           // once per session
+ *     b = ppr_cuda_buffer_new(c, bytes);              // reused while nothing holds it
+ *     ppr_receive_frame(s, &f);                       // plane i at ppr_cuda_buffer_ptr(b) + off_i
+ *     ppr_cuda_download_start(s, b, &planes);         // the copy is submitted; no wait
+ *     t = ppr_cuda_dlpack(b, &planes.plane[0], stream, 0);   // stream waits for the copy
+ *     ...                                             // the consumer calls t's deleter
+ *
+ * Lifetimes: a buffer is referenced by its creator (ppr_cuda_buffer_free
+ * drops that) and by each DLPack tensor made of it (its deleter drops that);
+ * a buffer keeps its ppr_cuda, which keeps the Vulkan device and the CUDA
+ * context: tensors may outlive the session and ppr_cuda_close. A tensor's
+ * deleter records an event on its stream; the buffer's next copy waits for
+ * it (CUDA work queued before the tensor was dropped finishes first). */
+typedef struct ppr_cuda ppr_cuda;
+typedef struct ppr_cuda_buffer ppr_cuda_buffer;
+
+/* The CUDA device that is the session's Vulkan device (matched by UUID), its
+ * primary context, and the semaphore copies signal. Errors: PPR_EINVAL (not
+ * a vulkan session), PPR_ENODEVICE (no CUDA driver, no such CUDA device, a
+ * Vulkan device without the extensions), PPR_ENOMEM; ppr_last_error(session). */
+int ppr_cuda_open(ppr_session *session, ppr_cuda **out);
+
+/* The CUDA device ordinal (DLPack's device_id). */
+int ppr_cuda_device(const ppr_cuda *cuda);
+
+/* Drop the opener's reference (buffers keep it alive). NULL-safe. */
+void ppr_cuda_close(ppr_cuda *cuda);
+
+/* A buffer of `size` bytes of device memory seen by both; NULL on an error
+ * (ppr_last_error(NULL)). Its CUDA device pointer and size. */
+ppr_cuda_buffer *ppr_cuda_buffer_new(ppr_cuda *cuda, size_t size);
+uint64_t ppr_cuda_buffer_ptr(const ppr_cuda_buffer *buffer);
+size_t ppr_cuda_buffer_size(const ppr_cuda_buffer *buffer);
+
+/* References held: the creator's (until ppr_cuda_buffer_free) and one per
+ * live tensor. A caller reuses a buffer when only its own is left. */
+int ppr_cuda_buffer_refs(const ppr_cuda_buffer *buffer);
+
+/* Drop the creator's reference (the last one frees the buffer, after its copy
+ * ended). NULL-safe. */
+void ppr_cuda_buffer_free(ppr_cuda_buffer *buffer);
+
+/* Buffers not freed, in the whole process (for tests). */
+int ppr_cuda_buffers_live(void);
+
+/* Start copying the frame ppr_receive_frame() received into buffer, at the
+ * planes of out (each plane's data a device pointer inside the buffer on a
+ * 4-byte boundary, width and height those of the frame's layout, stride >=
+ * width * 2 and even). Waits first (on the CPU) for the buffer's previous
+ * copy and for the CUDA work its dropped tensors' streams had queued. The
+ * session lets go of the frame; out's corrupt/error_flags/concealed are set. */
+int ppr_cuda_download_start(ppr_session *session, ppr_cuda_buffer *buffer, ppr_planes *out);
+
+/* A DLPack tensor (DLManagedTensor, or DLManagedTensorVersioned 1.0 when
+ * `versioned`) of one plane of buffer (a device pointer inside it): uint16,
+ * shape (height, width), strides (stride / 2, 1), on (kDLCUDA, the CUDA
+ * ordinal). `stream` (a CUstream; DLPack's 1 and 2 are CUDA's legacy and
+ * per-thread default streams, 0 the null stream) waits for the buffer's copy
+ * before any work queued on it after this call; -1: no wait. The tensor holds
+ * a reference to the buffer until its deleter runs. NULL on an error
+ * (ppr_last_error(NULL)). */
+void *ppr_cuda_dlpack(ppr_cuda_buffer *buffer, const ppr_plane *plane, intptr_t stream,
+                      int versioned);
+
+/* Call a tensor's deleter: for one that no consumer took. NULL-safe. */
+void ppr_dlpack_delete(void *managed, int versioned);
 
 /* CFFI_END */
 

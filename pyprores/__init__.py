@@ -6,19 +6,19 @@ from .model import Frame, FrameInfo, PictureInfo, SliceInfo
 
 __version__ = "0.1.0"
 
-from .demux import ProResSource, open  # noqa: E402,A001 - pyprores.open(path), like av.open
+from .decode.demux import ProResSource, open  # noqa: E402,A001 - pyprores.open(path), like av.open
 
 
-def open_decoder(source, backend="vulkan", device=None, threads=0, max_in_flight=4, **kwargs):
-    """Stream a file's frames as numpy planes: see :class:`pyprores.stream.StreamDecoder`.
+def open_decoder(source, backend="vulkan", device=None, threads=0, max_in_flight=8, **kwargs):
+    """Stream a file's frames as numpy planes: see :class:`pyprores.decode.stream.StreamDecoder`.
     (Imported on first use: the native extension loads only once a build is chosen.)"""
-    from .stream import open_decoder as _open_decoder
+    from .decode.stream import open_decoder as _open_decoder
     return _open_decoder(source, backend, device, threads, max_in_flight, **kwargs)
 
 
 def __getattr__(name):
     if name in ("StreamDecoder", "DecodedFrame"):
-        from . import stream
+        from .decode import stream
         return getattr(stream, name)
     raise AttributeError(f"module 'pyprores' has no attribute {name!r}")
 

@@ -11,11 +11,11 @@ the series) with the cffi extension compiled into the package
 
 selected with ``pyprores --build NAME`` or ``PYPRORES_BUILD=NAME`` (for
 example ``9.0.2``). One process uses one build: the extension links one
-libavcodec, and :mod:`pyprores.native` loads it on import.
+libavcodec, and :mod:`pyprores.decode.native` loads it on import.
 
 Environment, most specific first:
   ``PYPRORES_NATIVE_DIR``  an extension directory of any name (its BUILDINFO.json
-                           names the FFmpeg build; scripts/bench --native uses it)
+                           names the FFmpeg build; tools/gpu/bench --native uses it)
   ``PYPRORES_BUILD``       a name as above; "" or "default" for the default
   ``PYPRORES_FFMPEG_DIR``  the FFmpeg build of the default (bin/ffmpeg for corpus,
                            fuzz seeds and tests), as before
@@ -184,7 +184,7 @@ def loaded_from() -> Path | None:
 
 def select(name: str | None) -> None:
     """Select a build for this process and its children (``--build``): sets
-    ``PYPRORES_BUILD``. Must come before :mod:`pyprores.native` loads the
+    ``PYPRORES_BUILD``. Must come before :mod:`pyprores.decode.native` loads the
     extension; afterwards only the build already loaded can be selected."""
     if name is not None:
         name = DEFAULT if name in ("", DEFAULT) else _check_name(name)
@@ -204,7 +204,7 @@ def select(name: str | None) -> None:
             if before[1] is not None:
                 os.environ[ENV_NATIVE_DIR] = before[1]
             raise BuildError(f"this process already loaded the extension {have}; select build "
-                             f"{name} before pyprores.native is imported (or in a new process)")
+                             f"{name} before pyprores.decode.native is imported (or in a new process)")
     d = ffmpeg_dir()
     if not (d / "bin" / "ffmpeg").exists():
         raise BuildError(f"build {name}: no FFmpeg at {d} (bin/ffmpeg missing); "
@@ -215,7 +215,7 @@ def select(name: str | None) -> None:
 def describe(native_module: Any = None) -> dict[str, Any]:
     """What a report records about the FFmpeg build: its name, directory, version,
     libavcodec version and patch series (None when the build does not say).
-    With ``native_module`` (pyprores.native, loaded), the versions are those of
+    With ``native_module`` (pyprores.decode.native, loaded), the versions are those of
     the libraries the process actually loaded."""
     name = selected()
     ndir = native_dir()

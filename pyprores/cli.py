@@ -17,13 +17,15 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Sequence
 
-from . import __version__, builds, candidate, clips, demux
-from .compare import compare_file, summarize
-from .pipeline import DEFAULT_IN_FLIGHT, MAX_IN_FLIGHT
+from . import __version__, builds
+from .decode import candidate, demux
+from .corpus import clips
+from .check.compare import compare_file, summarize
+from .decode.pipeline import DEFAULT_IN_FLIGHT, MAX_IN_FLIGHT
 from .errors import DeviceError, NativeLibraryError, PyproresError
 from .geometry import MB_SIZE
 from .progress import ProgressBar
-from .report import print_summary, write_json, write_maps
+from .check.report import print_summary, write_json, write_maps
 
 EXIT_OK, EXIT_DEVIATION, EXIT_ERROR = 0, 1, 2
 
@@ -140,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "else build/ffmpeg of the checkout)")
     cor.add_argument("--jobs", "-j", type=_positive, metavar="N", help="parallel encodes (default: CPU count)")
     cor.add_argument("--recipes", action="store_true",
-                     help="print the recipe list (TSV, as scripts/conformance-gpu reads it) instead of encoding")
+                     help="print the recipe list (TSV, as tools/gpu/conformance-gpu reads it) instead of encoding")
     cor.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="force the progress bar on or off (default: on when stderr is a terminal)")
     cor.set_defaults(func=cmd_corpus, mode="quick")
@@ -216,7 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(e.code or 0)
     try:
         if args.build is not None:
-            # before anything loads pyprores.native; inherited by worker processes
+            # before anything loads pyprores.decode.native; inherited by worker processes
             builds.select(args.build)
         return args.func(args)
     except builds.BuildError as e:
@@ -323,7 +325,7 @@ def _expand(paths: list[str]) -> list[str]:
 # -- idct-accuracy ----------------------------------------------------------------
 
 def cmd_idct_accuracy(args: argparse.Namespace) -> int:
-    from . import idct_accuracy
+    from .idct import accuracy as idct_accuracy
 
     backends = ("software", "vulkan") if args.backend == "both" else (args.backend,)
     report = idct_accuracy.run(blocks=args.blocks, bit_depths=tuple(sorted(set(args.bit_depth or (10, 12)))),
@@ -449,7 +451,7 @@ def cmd_corpus(args: argparse.Namespace) -> int:
 
 
 def cmd_conformance(args: argparse.Namespace) -> int:
-    from . import conformance
+    from .corpus import conformance
     bar = ProgressBar("conformance", enabled=args.progress)
     devices = args.device or []
     if (args.jobs or 1) > 1 or args.scheduler:

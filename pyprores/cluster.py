@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from .errors import DeviceError, PyproresError
-from .pipeline import DEFAULT_IN_FLIGHT
+from .decode.pipeline import DEFAULT_IN_FLIGHT
 
 # Files a directory argument contributes (recursively, sorted).
 VIDEO_SUFFIXES = (".mov", ".mp4", ".m4v", ".mxf", ".mkv", ".qt")
@@ -79,7 +79,7 @@ def local_devices(backend: str = "vulkan") -> list[str | None]:
     ``[None]`` (FFmpeg's choice) for the software backend."""
     if backend != "vulkan":
         return [None]
-    from .candidate import open_session
+    from .decode.candidate import open_session
     found: list[tuple[str, str]] = []
     for i in range(MAX_PROBE):
         try:
@@ -132,7 +132,7 @@ def worker_session(backend: str, device: str | None):
     if sessions is None:
         sessions = _local.sessions = {}
     if key not in sessions:
-        from .candidate import open_session
+        from .decode.candidate import open_session
         sessions[key] = open_session(backend, device)
     return sessions[key]
 
@@ -177,7 +177,7 @@ def compare_task(index: int, path: str, backend: str, devices: Sequence[str | No
     """Run on a worker: compare one file with this worker's session, ``in_flight``
     frames decoding at once (``topic``: where frame progress goes, see
     :class:`FilesProgress`)."""
-    from .compare import compare_file
+    from .check.compare import compare_file
     from .errors import NativeLibraryError
     try:
         session = worker_session(backend, worker_device(devices, explicit))
@@ -197,7 +197,7 @@ def conformance_task(index: int, path: str, entry: dict, base: str, backend: str
                      devices: Sequence[str | None] | None, explicit: bool,
                      in_flight: int = DEFAULT_IN_FLIGHT) -> Outcome:
     """Run on a worker: one clip of a conformance manifest."""
-    from .conformance import check_clip
+    from .corpus.conformance import check_clip
     from .errors import NativeLibraryError
     try:
         session = worker_session(backend, worker_device(devices, explicit))
@@ -391,7 +391,7 @@ def compare_files(files: Sequence[str], *, backend: str, devices: Sequence[str] 
         devices = local_devices(backend)
         if devices == [None]:
             # Nothing found: fail fast here, as the serial run does, when no device opens at all.
-            from .candidate import open_session
+            from .decode.candidate import open_session
             open_session(backend, None).close()
     store = None
     if results_dir:
@@ -416,9 +416,9 @@ def compare_files(files: Sequence[str], *, backend: str, devices: Sequence[str] 
 
 def conformance_clips(*, backend: str, devices: Sequence[str] | None, jobs: int | None = None,
                       scheduler: str | None = None, in_flight: int = DEFAULT_IN_FLIGHT):
-    """A ``check_all`` for :func:`pyprores.conformance.run` that checks the
+    """A ``check_all`` for :func:`pyprores.corpus.conformance.run` that checks the
     clips on a cluster (the device rules of compare_files)."""
-    from .conformance import ClipResult
+    from .corpus.conformance import ClipResult
 
     def check_all(entries: list, base, progress) -> tuple[list, str, str, str]:
         explicit = bool(devices)
@@ -426,7 +426,7 @@ def conformance_clips(*, backend: str, devices: Sequence[str] | None, jobs: int 
         if not explicit and not scheduler:
             devs = local_devices(backend)
             if devs == [None]:
-                from .candidate import open_session
+                from .decode.candidate import open_session
                 open_session(backend, None).close()
         total = sum(e["frames"] for e in entries)
         frames_done = 0

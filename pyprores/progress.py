@@ -1,50 +1,49 @@
-"""A minimal progress bar on stderr, so long files show they are moving.
+"""Progress on stderr, drawn by tqdm, for pyprores' ``progress(done, total)`` callbacks.
 
-Drawn only on a terminal (or when forced) so that logs and pipes stay clean,
-and redrawn at most ten times a second to keep its cost negligible.
+Drawn only on a terminal (or when forced with ``--progress``), so that ``--json`` output, logs and
+pipes stay clean; tqdm redraws at most ten times a second and clears the line when done.
 """
 
 from __future__ import annotations
 
 import sys
-import time
 from typing import TextIO
+
+from tqdm import tqdm
+
+BAR_FORMAT = "{desc} [{bar}] {n_fmt}/{total_fmt}"      # e.g. "clip.mov [#####.....] 24/48"
 
 
 class ProgressBar:
-    """``bar(done, total)`` updates; ``bar.finish()`` clears the line."""
+    """``bar(done, total)`` updates (``total`` may be None); ``bar.finish()`` clears the line.
+    ``bar.label`` may change between updates."""
 
-    def __init__(self, label: str, stream: TextIO | None = None, enabled: bool | None = None,
-                 width: int = 30) -> None:
+    def __init__(self, label: str, stream: TextIO | None = None, enabled: bool | None = None) -> None:
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = _isatty(self.stream) if enabled is None else enabled
         self.label = label
-        self.width = width
-        self._last = 0.0
-        self._drawn = 0   # width of the widest line drawn so far
+        self._bar: tqdm | None = None
 
     def __call__(self, done: int, total: int | None) -> None:
         if not self.enabled:
             return
-        now = time.monotonic()
-        if now - self._last < 0.1 and done != total:
-            return
-        self._last = now
-        if total:
-            filled = self.width * min(done, total) // total
-            bar = f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total}"
-        else:
-            bar = f"{done} frames"
-        line = f"{self.label} {bar}"
-        self.stream.write("\r" + line.ljust(self._drawn))
-        self.stream.flush()
-        self._drawn = max(self._drawn, len(line))
+        if self._bar is None:
+            self._bar = tqdm(total=total, desc=self.label, file=self.stream, leave=False,
+                             mininterval=0.1, ascii=".#", ncols=len(self.label) + 50,
+                             bar_format=BAR_FORMAT if total else "{desc} {n_fmt} frames")
+        bar = self._bar
+        if bar.desc != self.label:
+            bar.set_description_str(self.label, refresh=False)
+        if total and bar.total != total:
+            bar.total = total
+        bar.update(done - bar.n)
+        if done == total:
+            bar.refresh()          # the last count is always drawn
 
     def finish(self) -> None:
-        if self._drawn:   # blank the line with spaces: no terminal escapes in logs
-            self.stream.write("\r" + " " * self._drawn + "\r")
-            self.stream.flush()
-            self._drawn = 0
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
 
 
 def _isatty(stream: TextIO) -> bool:

@@ -32,10 +32,11 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+GPU_TOOLS = REPO_ROOT / "tools" / "gpu"          # the GPU-machine toolkit (docs/GPU.md)
 TARBALL_NAME = "ffmpeg-7.1.5.tar.xz"
 
 # Validation-layer messages that are not ours: the one list of them, for every test
-# (validation_errors below) and for pyprores.native sessions in tests (exported as
+# (validation_errors below) and for pyprores.decode.native sessions in tests (exported as
 # PYPRORES_VALIDATION_IGNORE, which csrc/pyprores.c reads on top of its own built-in
 # list; tests/test_hwaccel.py checks that the two lists agree). Each one is raised
 # without any ProRes code, by Debian 12's layer (1.3.239) with stock FFmpeg 7.1.5:
@@ -60,13 +61,13 @@ KNOWN_LAYER_NOISE = (
     "UNASSIGNED-CoreValidation-DrawState-InvalidImageLayout",
     "UNASSIGNED-VkSemaphore-state-timeout",
 )
-# pyprores.native sessions opened by tests filter the same messages.
+# pyprores.decode.native sessions opened by tests filter the same messages.
 os.environ.setdefault("PYPRORES_VALIDATION_IGNORE", ";".join(KNOWN_LAYER_NOISE))
 
 
 def load_script(name: str):
-    """scripts/NAME (a Python script without .py, e.g. gpu-pack) loaded as a module."""
-    loader = importlib.machinery.SourceFileLoader(name.replace("-", "_"), str(REPO_ROOT / "scripts" / name))
+    """tools/gpu/NAME (a Python script without .py, e.g. gpu-pack) loaded as a module."""
+    loader = importlib.machinery.SourceFileLoader(name.replace("-", "_"), str(GPU_TOOLS / name))
     spec = importlib.util.spec_from_loader(loader.name, loader)
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
@@ -83,7 +84,7 @@ def c_compiler() -> str:
 
 def ffmpeg_dir_path() -> Path:
     """The build under test: build/ffmpeg-NAME with PYPRORES_BUILD=NAME (the tests'
-    pyprores.native then loads build/native-NAME), else $PYPRORES_FFMPEG_DIR, else
+    pyprores.decode.native then loads build/native-NAME), else $PYPRORES_FFMPEG_DIR, else
     build/ffmpeg."""
     from pyprores import builds
     return builds.ffmpeg_dir()

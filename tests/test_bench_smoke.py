@@ -1,4 +1,4 @@
-"""scripts/bench runs end to end on tiny clips (lavapipe in CI) and checks bit-exactness."""
+"""tools/gpu/bench runs end to end on tiny clips (lavapipe in CI) and checks bit-exactness."""
 
 import json
 import os
@@ -16,7 +16,7 @@ def test_bench_quick_runs_and_reports_bitexact(tmp_path):
     if not (ffdir / "bin" / "ffmpeg").exists():
         pytest.skip("no FFmpeg build; run ./scripts/setup")
     out = tmp_path / "bench.json"
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench"), "--ffmpeg", str(ffdir),
+    proc = subprocess.run([sys.executable, str(REPO / "tools" / "gpu" / "bench"), "--ffmpeg", str(ffdir),
                            "--quick", "--json", str(out)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(out.read_text())
@@ -50,7 +50,7 @@ def test_bench_err_detect_modes(tmp_path):
     if not (ffdir / "bin" / "ffmpeg").exists():
         pytest.skip("no FFmpeg build; run ./scripts/setup")
     out = tmp_path / "bench.json"
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench"), "--ffmpeg", str(ffdir),
+    proc = subprocess.run([sys.executable, str(REPO / "tools" / "gpu" / "bench"), "--ffmpeg", str(ffdir),
                            "--quick", "--clips", "q-422hq", "--modes", "vk,vk-ed,api,api-ed,api-dl-ed",
                            "--json", str(out)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -68,7 +68,7 @@ def test_bench_times_several_builds_in_turn(tmp_path):
     if not (ffdir / "bin" / "ffmpeg").exists():
         pytest.skip("no FFmpeg build; run ./scripts/setup")
     out = tmp_path / "bench.json"
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench"), "--ffmpeg", f"one={ffdir}",
+    proc = subprocess.run([sys.executable, str(REPO / "tools" / "gpu" / "bench"), "--ffmpeg", f"one={ffdir}",
                            "--ffmpeg", f"two={ffdir}", "--quick", "--clips", "q-422hq",
                            "--modes", "vk,api,py", "--json", str(out)],
                           capture_output=True, text=True, timeout=300)
@@ -91,6 +91,29 @@ def test_bench_times_several_builds_in_turn(tmp_path):
 
 
 def test_bench_rejects_unknown_native(tmp_path):
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench"), "--ffmpeg", "a=/nonexistent",
+    proc = subprocess.run([sys.executable, str(REPO / "tools" / "gpu" / "bench"), "--ffmpeg", "a=/nonexistent",
                            "--native", "b=/x", "--quick"], capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "--native b=/x" in proc.stderr
+
+
+def test_bench_file_modes(tmp_path):
+    """open_decoder as users call it, on a file of --loops passes over the clip:
+    the C library's reader (py-file) and PyAV's packets (py-file-pyav), both
+    bit-exact, with open, first frame, steady and whole-file figures."""
+    ffdir = Path(os.environ.get("PYPRORES_FFMPEG_DIR", REPO / "build" / "ffmpeg"))
+    if not (ffdir / "bin" / "ffmpeg").exists():
+        pytest.skip("no FFmpeg build; run ./scripts/setup")
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench"), "--ffmpeg", str(ffdir),
+                           "--quick", "--clips", "q-4444-alpha", "--modes", "py-file,py-file-pyav",
+                           "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    clip = result["clips"][0]
+    n = clip["check"]["frames_sw"]
+    for mode, reader in (("py-file", "native"), ("py-file-pyav", "pyav-packets")):
+        m = clip["modes"][mode]
+        assert m["reader"] == reader and m["frames_identical"] == f"{n}/{n}", m
+        assert m["frames"] == result["loops"] * n
+        assert m["open_s"] > 0 and m["first_frame_s"] > 0 and m["steady_fps"] > 0
+        assert 0 < m["whole_fps"] < m["steady_fps"]

@@ -131,7 +131,7 @@ def test_build_ffi_out_dir(tmp_path, ffmpeg_dir):
     assert info["ffmpeg_version"] == version and info["libavcodec"].split(".")[0] == major
     assert info["series"] == builds.read_ffmpeg_info(ffmpeg_dir)["patches"]
     assert (out / info["extension"]).is_file()
-    res = py("import json; from pyprores import native; print(json.dumps(native.build_info()))",
+    res = py("import json; from pyprores.decode import native; print(json.dumps(native.build_info()))",
              env_extra={builds.ENV_NATIVE_DIR: str(out)})
     assert res.returncode == 0, res.stderr[-2000:]
     got = json.loads(res.stdout)
@@ -157,7 +157,7 @@ def test_build_info_of_the_other_build(other_build):
     major = int(other_build["libavcodec"].split(".")[0])
     assert other_build["ffmpeg_version"].startswith(VERSION_PREFIX.get(BUILD, "")) and major == 63, \
         other_build
-    res = py("import json; from pyprores import native; print(json.dumps(native.build_info())); "
+    res = py("import json; from pyprores.decode import native; print(json.dumps(native.build_info())); "
              "s = native.Session('vulkan'); print(json.dumps([s.device_name, s.validation_enabled, s.note]))",
              env_extra={builds.ENV_BUILD: BUILD})
     assert res.returncode == 0, res.stderr[-2000:]

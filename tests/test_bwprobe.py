@@ -1,5 +1,5 @@
-"""scripts/bwprobe.c, the transfer bandwidth probe of issue 20, and gpu-run's bandwidth step that
-runs it. Compiled as scripts/gpu-pack compiles it (against the vendored Vulkan headers) and run on
+"""tools/gpu/probes/bwprobe.c, the transfer bandwidth probe of issue 20, and gpu-run's bandwidth step that
+runs it. Compiled as tools/gpu/gpu-pack compiles it (against the vendored Vulkan headers) and run on
 lavapipe with tiny sizes, under the validation layer when the suite asks for it: a few seconds."""
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def report(probe: Path) -> tuple[dict, str]:
 def test_compiles_without_warnings(tmp_path: Path):
     gp = load_script("gpu-pack")
     subprocess.run([c_compiler(), "-O2", "-Wall", "-Wextra", "-Werror", f"-I{gp.vulkan_include()}", "-o",
-                    str(tmp_path / "bwprobe"), str(REPO / "scripts" / "bwprobe.c"), "-ldl", "-lpthread"],
+                    str(tmp_path / "bwprobe"), str(REPO / "tools" / "gpu" / "probes" / "bwprobe.c"), "-ldl", "-lpthread"],
                    check=True)
 
 
@@ -178,7 +178,7 @@ def test_gpu_run_bandwidth_step(pack: Path, tmp_path: Path):
     out.mkdir()
     env = dict(os.environ, GR_PACK=str(pack), GR_DEVICE="0", OUT=str(out),
                GR_BW_ARGS="--sizes 65536 --reps 2 --frames 64x16 --threads 1")
-    res = subprocess.run(["bash", str(REPO / "scripts" / "gpu-run"), "--step", "bandwidth"], capture_output=True,
+    res = subprocess.run(["bash", str(REPO / "tools" / "gpu" / "gpu-run"), "--step", "bandwidth"], capture_output=True,
                          text=True, env=env, timeout=60)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     j = json.loads((out / "bandwidth.json").read_text())
@@ -196,14 +196,14 @@ def test_gpu_run_plans_the_bandwidth_step(tmp_path: Path):
     (pack / "ff" / "bin" / "ffmpeg").chmod(0o755)
     (pack / "MANIFEST").write_text("ff\tabc\t21 patches\n")
     env = {k: v for k, v in os.environ.items() if k != "OUT"}
-    res = subprocess.run(["bash", str(REPO / "scripts" / "gpu-run"), "--pack", str(pack), "--dry-run",
+    res = subprocess.run(["bash", str(REPO / "tools" / "gpu" / "gpu-run"), "--pack", str(pack), "--dry-run",
                           "bandwidth@ff", "--bandwidth-args", "--sizes 4096"], capture_output=True, text=True,
                          env=env, timeout=60)
     assert res.returncode == 0, res.stderr
     assert "step bandwidth: timeout 240 s, log $OUT/bandwidth.log" in res.stdout
     assert f"{pack}/bwprobe/bwprobe --device 0 --reps 20 --progress --json --sizes 4096 > $OUT/bandwidth.json" in res.stdout
     assert "total of the step limits: 240 s" in res.stdout
-    help_text = subprocess.run(["bash", str(REPO / "scripts" / "gpu-run"), "--help"], capture_output=True,
+    help_text = subprocess.run(["bash", str(REPO / "tools" / "gpu" / "gpu-run"), "--help"], capture_output=True,
                                text=True, timeout=60).stdout
     assert "bandwidth      issue 20" in help_text and "--bandwidth-args" in help_text
 

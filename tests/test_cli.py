@@ -20,7 +20,9 @@ import pytest
 
 from conftest import write_mpeg4_mov
 
-from pyprores import bitstream, candidate, clips, cli
+from pyprores import bitstream, cli
+from pyprores.decode import candidate
+from pyprores.corpus import clips
 from pyprores.model import Frame
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,7 +37,7 @@ def _native_or_none():
 
 _NATIVE = _native_or_none()
 native_only = pytest.mark.skipif(isinstance(_NATIVE, Exception),
-                                 reason=f"pyprores.native not usable: {_NATIVE}")
+                                 reason=f"pyprores.decode.native not usable: {_NATIVE}")
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +170,7 @@ def test_truncated_file(monkeypatch, capsys, tmp_path):
 
 
 def test_missing_native_extension_exits_2(monkeypatch, capsys, hq):
-    from pyprores import native
+    from pyprores.decode import native
     monkeypatch.setattr(native, "available", lambda: False)
     code, out, err = run(["compare", hq], capsys)
     assert code == 2 and out == ""

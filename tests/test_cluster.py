@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from pyprores import candidate, cli, clips, cluster
+from pyprores.decode import candidate
+from pyprores import cli, cluster
+from pyprores.corpus import clips
 
 distributed = pytest.importorskip("distributed")
 
@@ -30,7 +32,7 @@ def _native_or_none():
 
 
 _NATIVE = _native_or_none()
-pytestmark = pytest.mark.skipif(isinstance(_NATIVE, Exception), reason=f"pyprores.native not usable: {_NATIVE}")
+pytestmark = pytest.mark.skipif(isinstance(_NATIVE, Exception), reason=f"pyprores.decode.native not usable: {_NATIVE}")
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ hwaccel does the same, from the status its shaders record per slice, when
 error detection is asked for (``-err_detect
 bitstream`` and the like: the frame then waits for the GPU before it is
 returned, which is why it is not the default). Here: the ffmpeg command
-line with frame threads and each ``-err_detect`` mode, ``pyprores.native``'s per-slice report on
+line with frame threads and each ``-err_detect`` mode, ``pyprores.decode.native``'s per-slice report on
 both backends, and ``pyprores compare``, which leaves slices both decoders
 concealed out of its figures. ``tests/test_regressions.py`` runs the
 ``conceal-*`` inputs (one per failure class) through both backends, and the
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from pyprores import demux, native
+from pyprores.decode import demux, native
 from pyprores.cli import main
 from pyprores.errors import DecodeError
 

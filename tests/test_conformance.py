@@ -1,10 +1,10 @@
 """The conformance corpus and its checks (issue 6): ``pyprores corpus``,
-``pyprores conformance`` and scripts/conformance-gpu.
+``pyprores conformance`` and tools/gpu/conformance-gpu.
 
 The quick corpus (about 180 tiny clips) is generated and checked here on
 lavapipe, end to end through the command line: Vulkan vs software, bit-exact,
 against the manifest's software MD5s. The full corpus is the GPU machine's
-(scripts/conformance-gpu); here only its recipes are checked, and it is
+(tools/gpu/conformance-gpu); here only its recipes are checked, and it is
 generated and run in a slow test.
 """
 
@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT
-from pyprores import conformance, corpus
-from pyprores.clips import Recipe
+from pyprores.corpus import conformance
+from pyprores import corpus
+from pyprores.corpus.clips import Recipe
 
 CLI = [sys.executable, "-m", "pyprores"]
 TABLE_HEADER = ["clip", "variant", "frames", "max abs dev Y", "Cb", "Cr", "A", "bit-exact",
@@ -83,7 +84,7 @@ def test_quick_manifest_is_well_formed(quick_corpus, ffmpeg_dir):
 def test_manifest_md5_is_ffmpeg_framemd5(quick_corpus, ffmpeg_dir):
     """conformance.frame_md5 of a decoded frame == the framemd5 muxer's hash
     (422 10-bit, 444 12-bit, 4444 + alpha 12-bit)."""
-    from pyprores import demux
+    from pyprores.decode import demux
     doc = corpus.load_manifest(quick_corpus)
     picked = {}
     for c in doc["clips"]:
@@ -171,7 +172,7 @@ def test_conformance_fails_on_manifest_mismatch(quick_corpus, tmp_path):
 
 def test_conformance_reports_plane_deviation(quick_corpus):
     """A candidate that is off by 3 in one Cr sample: not bit-exact, max abs 3 in Cr only."""
-    from pyprores.candidate import PyAVSession
+    from pyprores.decode.candidate import PyAVSession
 
     def perturb(n, frame):
         if n == 0:
@@ -225,8 +226,8 @@ def test_bad_manifests(tmp_path):
 
 @pytest.mark.parametrize("mode", corpus.MODES)
 def test_recipe_lists_in_sync(mode):
-    """scripts/corpus-MODE.tsv (read by scripts/conformance-gpu) is the Python corpus."""
-    path = REPO_ROOT / "scripts" / f"corpus-{mode}.tsv"
+    """tools/gpu/corpus-MODE.tsv (read by tools/gpu/conformance-gpu) is the Python corpus."""
+    path = REPO_ROOT / "tools" / "gpu" / f"corpus-{mode}.tsv"
     want = corpus.recipes_tsv(corpus.recipes_for(mode))
     assert path.read_text() == want, (f"{path} is stale: regenerate it with "
                                       f"`pyprores corpus --{mode} --recipes > {path.relative_to(REPO_ROOT)}`")
@@ -288,9 +289,9 @@ def test_recipe_rejects_impossible_combinations():
             Recipe("x", **bad)
 
 
-# ---------------------------------------------------------------------------- scripts/conformance-gpu
+# ---------------------------------------------------------------------------- tools/gpu/conformance-gpu
 
-GPU_SCRIPT = REPO_ROOT / "scripts" / "conformance-gpu"
+GPU_SCRIPT = REPO_ROOT / "tools" / "gpu" / "conformance-gpu"
 GPU_SUBSET = "^(ks-4444xq-a16-tff-s1-camera-232x88-1f|aw-4444-a16-bff-camera-232x88-1f|ks-hq-s8-camera-720x486-1f)$"
 
 
@@ -348,7 +349,7 @@ def test_conformance_gpu_script_setup_errors(tmp_path):
     res = subprocess.run(["bash", str(GPU_SCRIPT), "--bogus"], capture_output=True, text=True)
     assert res.returncode == 2
     res = subprocess.run(["bash", str(GPU_SCRIPT), "--help"], capture_output=True, text=True)
-    assert res.returncode == 0 and "Usage: scripts/conformance-gpu" in res.stdout
+    assert res.returncode == 0 and "Usage: tools/gpu/conformance-gpu" in res.stdout
 
 
 # ---------------------------------------------------------------------------- slow: the full corpus

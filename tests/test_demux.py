@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import pyprores
-from pyprores import bitstream, clips
+from pyprores import bitstream
+from pyprores.corpus import clips
 from pyprores.errors import DecodeError, NotProResError, PyproresError
 
 SPECS = {s.name: clips.ClipSpec(**{**s.__dict__, "frames": 2}) for s in clips.DEFAULT_CLIPS}

@@ -4,7 +4,7 @@ memory, and the harness itself (reproducible mutants, crash and hang
 detection, minimisation).
 
 The CI run is a few hundred mutants of the built-in seed set; long runs are
-``scripts/fuzz`` (docs/ROBUSTNESS.md). Vulkan decodes run on the fuzzer's
+``tools/gpu/fuzz`` (docs/ROBUSTNESS.md). Vulkan decodes run on the fuzzer's
 workers, with the validation layer when PYPRORES_VALIDATION=1 (./scripts/test
 sets it): a Vulkan session is never closed there, since freeing pool frames
 under Debian 12's layer stalls 10 s per frame.
@@ -24,7 +24,8 @@ import numpy as np
 import pytest
 
 from conftest import KNOWN_LAYER_NOISE
-from pyprores import fuzz, native
+from pyprores import fuzz
+from pyprores.decode import native
 from pyprores.bitstream import parse_frame
 from pyprores.cli import main as cli_main
 
@@ -247,9 +248,9 @@ def test_cli_fuzz_and_reproduce(tmp_path, capsys):
 
 LIMITS_CHILD = textwrap.dedent("""
     import json, resource, struct, sys
-    from pyprores import native
+    from pyprores.decode import native
     from pyprores.errors import DecodeError
-    from pyprores.fuzz_worker import memory_kib
+    from pyprores.fuzz.worker import memory_kib
     packet, tag = open(sys.argv[1], "rb").read(), sys.argv[2]
     s = native.Session("software", threads=1)
     s.decode(packet, tag)

@@ -13,7 +13,7 @@ run is verbose, and must show that the hwaccel ran (its "initialised on" line)
 and that frames reached the filter graph as Vulkan frames: no silent fallback.
 Also: the automatic download path, -threads 4, the validation layer
 (GPU-resident decoding, known layer noise filtered: tests/conftest.py), and the
-pyprores.native Vulkan session against the software one.
+pyprores.decode.native Vulkan session against the software one.
 
 Runs on lavapipe in CI; clips are tiny (the largest is one 1918x1078 frame).
 """
@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from conftest import KNOWN_LAYER_NOISE, REPO_ROOT, validation_messages, validation_requested
-from pyprores.clips import Recipe
+from pyprores.corpus.clips import Recipe
 from pyprores.corpus import parse_framemd5
 
 INIT_LINE = "ProRes Vulkan decoder initialised on"
@@ -232,7 +232,7 @@ def test_frame_count_of_longer_clip(ffmpeg_bin, run_ffmpeg, tmp_path):
     assert len({h for _, _, h in sw}) == 9, "the frames should all differ"
 
 
-# ---------------------------------------------------------------------------- pyprores.native
+# ---------------------------------------------------------------------------- pyprores.decode.native
 
 NATIVE = ["4444xq", "alpha8", "bff-4444-alpha16", "quant-mat", "mbs1", "50x34", "aw-4444-alpha16-tff"]
 
@@ -242,7 +242,7 @@ def native_sessions(request):
     """Vulkan and software sessions without the validation layer: the layer stalls
     10 s per plane whenever a decoder's frame pool is freed (see conftest.py), and
     validation is covered by the ffmpeg runs above."""
-    from pyprores import native
+    from pyprores.decode import native
     if not native.available():
         pytest.fail("pyprores._native is not built: run ./scripts/setup")
     if not native.has_hwaccel("vulkan"):

@@ -1,4 +1,4 @@
-"""IEEE 1180-1990 IDCT accuracy of FFmpeg's ProRes decoders (pyprores.idct_accuracy).
+"""IEEE 1180-1990 IDCT accuracy of FFmpeg's ProRes decoders (pyprores.idct.accuracy).
 
 A CI-sized run (1,000 blocks per range and sign instead of 10,000) through
 the real decoders: FFmpeg's software decoder and the Vulkan hwaccel must
@@ -17,10 +17,10 @@ import json
 import numpy as np
 import pytest
 
-from pyprores import idct_accuracy as A
-from pyprores import native
+from pyprores.idct import accuracy as A
+from pyprores.decode import native
 from pyprores.cli import main
-from pyprores.idct_model import clip_range, prores_idct, reference_fdct, reference_idct, reference_put
+from pyprores.idct.model import clip_range, prores_idct, reference_fdct, reference_idct, reference_put
 
 HAS_EXT = native.available()
 HAS_VK = HAS_EXT and native.has_hwaccel("vulkan")
@@ -69,7 +69,7 @@ def test_12_bit_bias_comes_from_w4(monkeypatch):
     one too low. Far from the clip limits the mean error is about -0.05 (not
     quite -1/16: the pre-rounding values sit on a coarse grid); with W4 = 2^15
     it vanishes. The 10-bit constants are exact (W4 = 2^14): no bias."""
-    import pyprores.idct_model as M
+    import pyprores.idct.model as M
 
     assert (8192 + (1 << 16) // 32767) * 32767 / 2 ** 17 == pytest.approx(2048.4375, abs=1e-4)
     rng = np.random.default_rng(7)

@@ -1,4 +1,4 @@
-"""csrc under AddressSanitizer/UBSan on every commit: scripts/memcheck-native --no-valgrind
+"""csrc under AddressSanitizer/UBSan on every commit: tools/gpu/memcheck-native --no-valgrind
 builds csrc/tools/ppr_smoke.c with -fsanitize=address,undefined against a build and drives
 the whole C API (one-shot decodes, slice rebuilds, damaged and left-out slices, streaming
 with prepared packets and taken frames downloaded later, every error path) over three tiny
@@ -34,7 +34,7 @@ def test_csrc_under_asan(build: Path | None) -> None:
     # the Khronos layer (C++) leaves its own allocations at exit, which LeakSanitizer
     # reports; the validation of this path is the Python tests' and the fuzzer's
     env.pop("PYPRORES_VALIDATION", None)
-    res = subprocess.run([str(REPO_ROOT / "scripts" / "memcheck-native"), "--no-valgrind"],
+    res = subprocess.run([str(REPO_ROOT / "tools" / "gpu" / "memcheck-native"), "--no-valgrind"],
                          capture_output=True, text=True, env=env, timeout=300)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-4000:]

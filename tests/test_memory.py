@@ -1,4 +1,4 @@
-"""Memory stays flat when pyprores.native decoders and sessions are closed and
+"""Memory stays flat when pyprores.decode.native decoders and sessions are closed and
 opened again (a format change, ppr_stream_reset, a new session per file).
 
 Each case runs tests/tools/rss_reopen.py in a child process and bounds the
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from pyprores import native
+from pyprores.decode import native
 
 REPO = Path(__file__).resolve().parent.parent
 TOOL = REPO / "tests" / "tools" / "rss_reopen.py"
@@ -37,11 +37,12 @@ NO_VK = "this FFmpeg build has no prores_vulkan hwaccel"
 # lavapipe (2026-11-26): reopen (2 reopens a round) 0.3 MB fixed, 80 MB before;
 # stream 0.2 MB, 42 MB before; prefetch (packets prepared ahead, a size change
 # among them, an early exit with some pending) -2.2 MB, flat; session 10 MB (as
-# on FFmpeg 9.0.2), 118 MB before.
+# on FFmpeg 9.0.2), 118 MB before; file (the C reader, left early and to the end) flat.
 CASES = [
     ("reopen", 3, 15, 16 * 1024),
     ("stream", 3, 15, 16 * 1024),
     ("prefetch", 3, 15, 16 * 1024),
+    ("file", 3, 15, 16 * 1024),
     ("session", 5, 8, 48 * 1024),
 ]
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pyprores.geometry import plane_shape, slice_layout, slice_rect
-from pyprores.metrics import (HIST_RANGE, PlaneStats, compare_frames, compare_plane, merge_stats,
+from pyprores.check.metrics import (HIST_RANGE, PlaneStats, compare_frames, compare_plane, merge_stats,
                               slice_maxima, worst_slices)
 from pyprores.model import Frame, FrameInfo, PictureInfo, SliceInfo
 

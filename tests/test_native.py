@@ -1,4 +1,4 @@
-"""The C library (csrc/) through pyprores.native: inspection, decoding on both
+"""The C library (csrc/) through pyprores.decode.native: inspection, decoding on both
 backends against PyAV's software decoder, slice submission and isolation,
 error paths, and coexistence with PyAV in one process.
 
@@ -22,8 +22,8 @@ import av
 import numpy as np
 import pytest
 
-from pyprores import native
-from pyprores.demux import frame_from_av
+from pyprores.decode import native
+from pyprores.decode.demux import frame_from_av
 from pyprores.errors import DecodeError, DeviceError, NotProResError
 from pyprores.model import Frame, FrameInfo
 
@@ -609,13 +609,13 @@ def test_coexists_with_pyav_in_one_process(clips):
     clip = clips["4444a16"]
     script = textwrap.dedent(f"""
         import av, numpy as np
-        from pyprores.demux import frame_from_av
+        from pyprores.decode.demux import frame_from_av
         path, tag = {str(clip.path)!r}, {clip.tag!r}
         def pyav_frames():
             with av.open(path) as c:
                 return [frame_from_av(f) for f in c.decode(video=0)]
         first = pyav_frames()
-        from pyprores import native
+        from pyprores.decode import native
         with av.open(path) as c:
             packets = [bytes(p) for p in c.demux(video=0) if p.size]
         with native.Session("software") as s:

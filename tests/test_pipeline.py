@@ -1,4 +1,4 @@
-"""pyprores.pipeline: compare's candidate frames with several in flight (issue 21).
+"""pyprores.decode.pipeline: compare's candidate frames with several in flight (issue 21).
 
 What compare_file gets from CandidateFrames must be, item for item, what the
 one-frame path (Session.decode, one packet per call) gives: the same frames in
@@ -27,12 +27,13 @@ import av
 import numpy as np
 import pytest
 
-from pyprores import clips, demux, native, pipeline
+from pyprores.corpus import clips
+from pyprores.decode import demux, native, pipeline
 from pyprores.cli import main
-from pyprores.compare import compare_file
+from pyprores.check.compare import compare_file
 from pyprores.errors import DecodeError
 from pyprores.model import Frame, FrameInfo
-from pyprores.pipeline import CandidateFrames
+from pyprores.decode.pipeline import CandidateFrames
 
 HAS_VK = native.available() and native.has_hwaccel("vulkan")
 needs_vk = pytest.mark.skipif(not HAS_VK, reason="this FFmpeg build has no prores_vulkan hwaccel")
@@ -356,8 +357,8 @@ def mixed(tmp_path_factory) -> dict:
 
 
 def result_json(result) -> dict:
-    from pyprores.compare import summarize
-    from pyprores.report import summary_json
+    from pyprores.check.compare import summarize
+    from pyprores.check.report import summary_json
     return summary_json(summarize([result]))
 
 

@@ -24,7 +24,9 @@ against its return).
 ``on_ffmpeg`` holds what differs on another FFmpeg release, by major.minor
 version: its keys replace the entry's when the build under test is that
 release (``PYPRORES_BUILD=9.0.2``; ``tests/test_builds.py`` runs this module
-on that build).
+on that build). A master build (``PYPRORES_BUILD=master``, version
+``master-<commit>``) takes the overrides of 9.0: master's ``proresdec.c``, which
+decides what a damaged picture gives, is 9.0's.
 """
 
 from __future__ import annotations
@@ -36,17 +38,27 @@ from pathlib import Path
 
 import pytest
 
-from pyprores import fuzz, native
+from pyprores import fuzz
+from pyprores.decode import native
 
 DATA = Path(__file__).resolve().parent / "data" / "regressions"
 HAS_VK = native.available() and native.has_hwaccel("vulkan")
 FFMPEG_VERSION = native.build_info().get("version", "") if native.available() else ""
+# What a build of FFmpeg master behaves as, where the overrides are concerned
+MASTER_AS_RELEASE = "9.0"
+
+
+def release_under_test() -> str:
+    """major.minor... of the FFmpeg under test (a master build: the release it behaves as)."""
+    if FFMPEG_VERSION.startswith("master-"):
+        return MASTER_AS_RELEASE + ".master"
+    return FFMPEG_VERSION
 
 
 def for_this_build(entry: dict) -> dict:
     """The entry with the ``on_ffmpeg`` overrides of the FFmpeg release under test."""
     for version, override in entry.get("on_ffmpeg", {}).items():
-        if FFMPEG_VERSION.startswith(version + "."):
+        if release_under_test().startswith(version + "."):
             return {**entry, **override}
     return entry
 

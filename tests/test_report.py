@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import json
-import struct
-import zlib
 from pathlib import Path
 
+import av
 import numpy as np
 import pytest
 
-from pyprores import clips
-from pyprores.candidate import PyAVSession
-from pyprores.compare import compare_file, summarize
-from pyprores.devmap import GAP, unit_for
-from pyprores.report import SCHEMA_PATH, map_paths, summary_json, summary_text, write_json, write_maps
+from pyprores.corpus import clips
+from pyprores.decode.candidate import PyAVSession
+from pyprores.check.compare import compare_file, summarize
+from pyprores.check.devmap import GAP, unit_for
+from pyprores.check.report import SCHEMA_PATH, map_paths, summary_json, summary_text, write_json, write_maps
 
 SPECS = {s.name: s for s in clips.DEFAULT_CLIPS}
 
@@ -109,24 +108,11 @@ def test_text_report(results):
 # -- PNG ----------------------------------------------------------------------------
 
 def read_png(path: Path) -> np.ndarray:
-    """A strict little PNG reader for what write_png emits (8-bit RGB, filter 0)."""
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, chunks = 8, []
-    while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos:pos + 4])
-        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
-        (crc,) = struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])
-        assert crc == zlib.crc32(kind + body), f"bad CRC in {kind}"
-        chunks.append((kind, body))
-        pos += 12 + length
-    assert chunks[0][0] == b"IHDR" and chunks[-1] == (b"IEND", b"")
-    w, h, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", chunks[0][1])
-    assert (depth, colour, interlace) == (8, 2, 0)
-    raw = zlib.decompress(b"".join(b for k, b in chunks if k == b"IDAT"))
-    rows = np.frombuffer(raw, np.uint8).reshape(h, 1 + 3 * w)
-    assert not rows[:, 0].any()                      # filter type 0 on every row
-    return rows[:, 1:].reshape(h, w, 3)
+    """The map as RGB, decoded by FFmpeg's PNG decoder (through PyAV)."""
+    with av.open(str(path)) as container:
+        assert container.streams.video[0].codec_context.name == "png"
+        frame = next(container.decode(video=0))
+    return frame.to_ndarray(format="rgb24")
 
 
 @pytest.mark.parametrize("name", list(SPECS))

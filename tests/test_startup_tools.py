@@ -1,5 +1,5 @@
-"""The start-up instruments of issue 20: scripts/vktime.c (Vulkan call-timing shim),
-scripts/startprobe.c (start-up probe) and scripts/startup-summary, which gpu-run's startup step
+"""The start-up instruments of issue 20: tools/gpu/probes/vktime.c (Vulkan call-timing shim),
+tools/gpu/probes/startprobe.c (start-up probe) and tools/gpu/startup-summary, which gpu-run's startup step
 uses. Compiled against each FFmpeg build there is and run on lavapipe: about a second each."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ BUILDS = {"7.1.5": REPO / "build" / "ffmpeg", "9.0.2": REPO / "build" / "ffmpeg-
 
 @pytest.fixture(scope="module")
 def shim(tmp_path_factory) -> Path:
-    """scripts/vktime.c built as gpu-pack builds it: DIR/libvulkan.so.1."""
+    """tools/gpu/probes/vktime.c built as gpu-pack builds it: DIR/libvulkan.so.1."""
     gp = load_script("gpu-pack")
     d = tmp_path_factory.mktemp("vktime")
     cc = c_compiler()
@@ -32,7 +32,7 @@ def shim(tmp_path_factory) -> Path:
 def build_probe(ffdir: Path, out: Path) -> Path:
     gp = load_script("gpu-pack")
     exe = out / "startprobe"
-    subprocess.run([c_compiler(), "-O2", "-Wall", "-Werror", "-o", str(exe), str(REPO / "scripts" / "startprobe.c"),
+    subprocess.run([c_compiler(), "-O2", "-Wall", "-Werror", "-o", str(exe), str(REPO / "tools" / "gpu" / "probes" / "startprobe.c"),
                     f"-I{ffdir / 'include'}", f"-I{gp.vulkan_include(ffdir)}", f"-L{ffdir / 'lib'}",
                     "-lavformat", "-lavcodec", "-lavutil", "-ldl", "-lpthread", f"-Wl,-rpath,{ffdir / 'lib'}"],
                    check=True)
@@ -145,7 +145,7 @@ def test_gpu_run_plans_the_startup_step(tmp_path: Path):
     (pack / "ff" / "bin" / "ffmpeg").chmod(0o755)
     (pack / "MANIFEST").write_text("ff\tabc\t19 patches\n")
     env = {k: v for k, v in os.environ.items() if k != "OUT"}
-    res = subprocess.run(["bash", str(REPO / "scripts" / "gpu-run"), "--pack", str(pack), "--dry-run",
+    res = subprocess.run(["bash", str(REPO / "tools" / "gpu" / "gpu-run"), "--pack", str(pack), "--dry-run",
                           "--clips", "q-422hq", "startup"], capture_output=True, text=True, env=env, timeout=60)
     assert res.returncode == 0, res.stderr
     assert "step startup ff: timeout 180 s" in res.stdout

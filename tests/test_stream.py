@@ -24,7 +24,8 @@ import pytest
 from conftest import write_mpeg4_mov
 
 import pyprores
-from pyprores import clips, native, stream
+from pyprores.corpus import clips
+from pyprores.decode import native, stream
 from pyprores.errors import DecodeError, NotProResError
 
 HAS_VK = native.available() and native.has_hwaccel("vulkan")

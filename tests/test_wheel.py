@@ -51,11 +51,11 @@ def test_checkout_layout_uses_build_ffmpeg(monkeypatch):
 
 
 def test_session_without_device_says_what_to_install(ffmpeg_dir):
-    native = pytest.importorskip("pyprores.native")
+    native = pytest.importorskip("pyprores.decode.native")
     if not native.available():
         pytest.skip("pyprores._native is not built")
     code = textwrap.dedent("""
-        from pyprores import native
+        from pyprores.decode import native
         try:
             native.Session("vulkan")
         except native.DeviceError as e:
@@ -78,7 +78,7 @@ DECODE = textwrap.dedent("""
     import json, sys
     import numpy as np
     import pyprores
-    from pyprores import native
+    from pyprores.decode import native
     out = {"pyprores": pyprores.__file__, "ffmpeg": native.ffmpeg_version(),
            "hwaccel": native.has_hwaccel("vulkan"), "frames": []}
     with pyprores.open(sys.argv[1]) as src, native.Session("vulkan") as vk, \\
@@ -107,7 +107,7 @@ def _clean_env(venv: Path) -> dict[str, str]:
 def test_wheel_installs_and_decodes(tmp_path, ffmpeg_dir):
     # the build under test (build/ffmpeg, or build/ffmpeg-NAME with PYPRORES_BUILD=NAME) goes
     # into the wheel; its version as the checkout's extension reports it
-    native = pytest.importorskip("pyprores.native")
+    native = pytest.importorskip("pyprores.decode.native")
     if not native.available():
         pytest.skip("pyprores._native is not built")
     version = native.ffmpeg_version()

@@ -1,4 +1,4 @@
-"""pyprores.writer: ProRes frames written from chosen coefficients.
+"""pyprores.idct.writer: ProRes frames written from chosen coefficients.
 
 * The codewords decode, with a Python transcription of DECODE_CODEWORD, to the
   values written, for every codebook FFmpeg uses.
@@ -6,7 +6,7 @@
   native inspect).
 * FFmpeg's software decoder accepts every frame of the matrix chroma x
   interlace x alpha x slice size x odd sizes, at 10 and 12 bits, and outputs
-  exactly what the model of its arithmetic (pyprores.idct_model) predicts:
+  exactly what the model of its arithmetic (pyprores.idct.model) predicts:
   the decoder computes exactly the IDCT of the coefficients written. Alpha
   round-trips exactly.
 * The Vulkan backend gives the same samples as the software backend.
@@ -23,11 +23,11 @@ import zlib
 import numpy as np
 import pytest
 
-from pyprores import native
-from pyprores import writer as W
+from pyprores.decode import native
+from pyprores.idct import writer as W
 from pyprores.bitstream import parse_frame
 from pyprores.errors import DecodeError
-from pyprores.idct_model import idct_put, prores_idct, reference_put, scaled_qmat
+from pyprores.idct.model import idct_put, prores_idct, reference_put, scaled_qmat
 
 HAS_EXT = native.available()
 HAS_VK = HAS_EXT and native.has_hwaccel("vulkan")
@@ -390,7 +390,7 @@ def test_mov_through_pyav(tmp_path, sw, bd, chroma, interlace, alpha):
             arr = np.frombuffer(p, "<u2").reshape(p.height, p.line_size // 2)[:, :p.width]
             assert np.array_equal(arr, want[name]), name
     # the file's packets are the ones written
-    from pyprores import demux
+    from pyprores.decode import demux
     with demux.open(path) as src:
         assert src.info.codec_tag == TAGS[bd]
         assert list(src.packets()) == [W.write_frame(s) for s in specs]

@@ -39,7 +39,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* Compiled into this target from the patched source tree (scripts/fuzz-coverage),
+/* Compiled into this target from the patched source tree (tools/gpu/fuzz-coverage),
  * so that it is fuzzed even when the FFmpeg build lists no ProRes parser. */
 extern const AVCodecParser ff_prores_parser;
 

@@ -1,6 +1,6 @@
 /*
  * Link-time shim for FFmpeg's tools/target_dec_fuzzer.c built outside an
- * --enable-ossfuzz configuration (scripts/fuzz-coverage, target_dec):
+ * --enable-ossfuzz configuration (tools/gpu/fuzz-coverage, target_dec):
  *  - codec_list: the fuzzer stores its decoder there; only ossfuzz builds of
  *    allcodecs.c define it (a non-static list), so it is defined here.
  *  - ff_mjpeg_decoder: the fuzzer's "#if FFMPEG_DECODER == tiff" compares

@@ -1,6 +1,6 @@
 /*
  * ppr_smoke: drive the whole C API once (for valgrind / ASan runs, see
- * scripts/memcheck-native). Reads concatenated ProRes packets (each starts
+ * tools/gpu/memcheck-native). Reads concatenated ProRes packets (each starts
  * with its 32-bit big-endian size, as ProRes frames do, e.g. the output of
  * `ffmpeg ... -c:v prores_ks -f rawvideo out.prores`) and, per packet:
  * inspect, layout, decode, rebuild from all slices, rebuild with one slice
@@ -16,7 +16,11 @@
  * the next frame is received, the last one waited for after both sessions
  * are closed. Error paths of those calls; then close.
  *
- * Usage: ppr_smoke FILE FOURCC [software|vulkan [nohwcheck]]
+ * The CUDA calls (ppr_cuda_open and its error paths; a buffer where there is
+ * a CUDA driver). With MOV, the same packets in a container: read by a reader (ppr_reader),
+ * against the raw ones, one decoded from it; the reader's error paths.
+ *
+ * Usage: ppr_smoke FILE FOURCC [software|vulkan [nohwcheck|full [MOV]]]
  * Exit status 0 when every call behaved as expected.
  */
 #include <stdio.h>
@@ -437,6 +441,136 @@ static int host_buffers(ppr_session *s, ppr_session *ref, const uint8_t *data, l
     return failures;
 }
 
+/* The file's packets through a reader (ppr_reader): the same bytes as the raw
+ * packets, in order, then the end; decoded on `s` from the reader's packets
+ * and equal to `ref`'s decodes of the raw ones (the planes of the first
+ * frame); error paths: a missing file, a file no demuxer reads, a reader
+ * closed before its open or with packets read ahead. */
+static int reader_checks(ppr_session *s, ppr_session *ref, const char *mov, const char *raw,
+                         const uint8_t *data, long size, uint32_t tag)
+{
+    ppr_reader *r = NULL;
+    ppr_file_info fi;
+    ppr_packet *p;
+    long pos = 0;
+    int failures = 0, ret, n = 0, live0 = ppr_readers_live();
+
+    ret = ppr_reader_open(&r, mov, 1);
+    CHECK(ret == 0, "reader open: %s", ppr_strerror(ret));
+    if (ret < 0)
+        return failures;
+    ret = ppr_reader_info(r, &fi);
+    CHECK(ret == 0 && fi.codec_tag == tag && fi.width > 0 && fi.pix_fmt[0],
+          "reader info: %s (%s)", ppr_strerror(ret), ppr_last_error(NULL));
+    while ((ret = ppr_reader_next(r, &p)) == 1) {
+        long psize = packet_at(data, size, pos);
+        CHECK(psize && ppr_packet_size(p) == (size_t)psize &&
+              !memcmp(ppr_packet_data(p), data + pos, (size_t)psize),
+              "reader packet %d differs from the raw one", n);
+        if (n == 0 && ref) {
+            /* decoded from the reader's packet on s, against ref's decode of the raw one */
+            ppr_frame_info info;
+            ppr_planes a, b;
+            ppr_stream_frame sf;
+            if (ppr_inspect(data, (size_t)psize, tag, &info) == 0) {
+                ppr_frame_layout(&info, &a);
+                ppr_frame_layout(&info, &b);
+                if (alloc_planes(&a, 0) < 0 || alloc_planes(&b, 0) < 0)
+                    return failures + 1;
+                ret = ppr_decode(ref, data, (size_t)psize, tag, &a);
+                CHECK(ret == 0, "reference decode: %s", ppr_strerror(ret));
+                ret = ppr_stream_config(s, 1, 0);
+                if (ret == 0)
+                    ret = ppr_send_prepared(s, p, fi.codec_tag);
+                if (ret == 0)
+                    ret = ppr_send_prepared(s, NULL, fi.codec_tag);
+                CHECK(ret == 0, "send the reader's packet: %s", ppr_strerror(ret));
+                ret = ppr_receive_frame(s, &sf);
+                CHECK(ret == PPR_RECV_FRAME, "receive the reader's frame: %d", ret);
+                if (ret == PPR_RECV_FRAME) {
+                    ret = ppr_download_frame(s, &b);
+                    CHECK(ret == 0 && same_planes(&a, &b), "the reader's frame differs");
+                }
+                ppr_stream_reset(s);
+                free_planes(&a);
+                free_planes(&b);
+                ppr_frame_info_free(&info);
+            }
+        }
+        ppr_packet_free(p);
+        pos += psize;
+        n++;
+    }
+    CHECK(ret == 0 && pos == size, "reader: %s after %d packets (%ld of %ld bytes)",
+          ppr_strerror(ret), n, pos, size);
+    CHECK(ppr_reader_next(r, &p) == 0 && !p, "the reader's end did not stay");
+    ppr_reader_close(r);
+
+    /* closed with packets read ahead, and before its open */
+    ret = ppr_reader_open(&r, mov, 2);
+    CHECK(ret == 0 && ppr_reader_next(r, &p) == 1, "reader reopen: %s", ppr_strerror(ret));
+    ppr_packet_free(p);
+    ppr_reader_close(r);
+    ret = ppr_reader_open(&r, mov, 3);
+    ppr_reader_close(r);
+    ppr_reader_close(NULL);
+
+    /* errors */
+    ret = ppr_reader_open(&r, "/nonexistent/clip.mov", 2);
+    CHECK(ret == 0, "reader open of a missing file: %s", ppr_strerror(ret));
+    ret = ppr_reader_info(r, &fi);
+    CHECK(ret == PPR_ENOFILE, "missing file: %s", ppr_strerror(ret));
+    CHECK(ppr_reader_next(r, &p) == PPR_ENOFILE && !p, "next of a missing file");
+    ppr_reader_close(r);
+    ret = ppr_reader_open(&r, raw, 2);
+    ret = ret < 0 ? ret : ppr_reader_info(r, &fi);
+    CHECK(ret == PPR_EFORMAT || ret == PPR_ENOTPRORES, "raw packets as a file: %s",
+          ppr_strerror(ret));
+    ppr_reader_close(r);
+    CHECK(ppr_reader_open(&r, mov, 0) == PPR_EINVAL && !r, "depth 0 accepted");
+    CHECK(ppr_reader_open(NULL, mov, 1) == PPR_EINVAL, "out NULL accepted");
+    CHECK(ppr_reader_info(NULL, &fi) == PPR_EINVAL, "info of NULL");
+    CHECK(ppr_reader_next(NULL, &p) == PPR_EINVAL, "next of NULL");
+    CHECK(ppr_readers_live() == live0, "readers live: %d", ppr_readers_live());
+    printf("reader: %d packets\n", n);
+    return failures;
+}
+
+/* The CUDA calls: with a CUDA driver and a Vulkan session on its GPU, a buffer
+ * is made and freed; without, ppr_cuda_open says why (PPR_ENODEVICE; a
+ * software session: PPR_EINVAL) and gives the device hold back. Error paths. */
+static int cuda_checks(ppr_session *s)
+{
+    ppr_cuda *c = NULL;
+    ppr_cuda_buffer *b;
+    int failures = 0, ret, vulkan = !strcmp(ppr_backend(s), "vulkan");
+    int sessions = ppr_device_sessions(s);
+
+    ret = ppr_cuda_open(s, &c);
+    if (ret == 0) {
+        b = ppr_cuda_buffer_new(c, 4096);
+        CHECK(b && ppr_cuda_buffer_ptr(b) && ppr_cuda_buffer_refs(b) == 1 &&
+              ppr_cuda_buffer_size(b) == 4096, "CUDA buffer: %s", ppr_last_error(NULL));
+        ppr_cuda_close(c);                  /* the buffer keeps it */
+        ppr_cuda_buffer_free(b);
+        printf("cuda: device %s\n", ppr_device_name(s));
+    } else {
+        CHECK(!c && (vulkan ? ret == PPR_ENODEVICE : ret == PPR_EINVAL) && ppr_last_error(s)[0],
+              "ppr_cuda_open: %s", ppr_strerror(ret));
+        printf("cuda: %s\n", ppr_last_error(s));
+    }
+    CHECK(ppr_device_sessions(s) == sessions, "device sessions after CUDA: %d", ppr_device_sessions(s));
+    CHECK(ppr_cuda_buffers_live() == 0, "CUDA buffers live: %d", ppr_cuda_buffers_live());
+    CHECK(ppr_cuda_open(NULL, &c) == PPR_EINVAL, "ppr_cuda_open(NULL)");
+    CHECK(ppr_cuda_buffer_new(NULL, 16) == NULL, "ppr_cuda_buffer_new(NULL)");
+    CHECK(ppr_cuda_dlpack(NULL, NULL, 0, 0) == NULL, "ppr_cuda_dlpack(NULL)");
+    CHECK(ppr_cuda_download_start(s, NULL, NULL) == PPR_EINVAL, "ppr_cuda_download_start(NULL)");
+    ppr_dlpack_delete(NULL, 1);
+    ppr_cuda_close(NULL);
+    ppr_cuda_buffer_free(NULL);
+    return failures;
+}
+
 int main(int argc, char **argv)
 {
     ppr_session *s = NULL, *s2 = NULL;
@@ -448,7 +582,7 @@ int main(int argc, char **argv)
     long size, pos;
 
     if (argc < 3 || strlen(argv[2]) != 4) {
-        fprintf(stderr, "usage: %s FILE FOURCC [software|vulkan [nohwcheck]]\n", argv[0]);
+        fprintf(stderr, "usage: %s FILE FOURCC [software|vulkan [nohwcheck|full [MOV]]]\n", argv[0]);
         return 2;
     }
     tag = (uint32_t)argv[2][0] | (uint32_t)argv[2][1] << 8 | (uint32_t)argv[2][2] << 16 |
@@ -625,6 +759,9 @@ int main(int argc, char **argv)
             failures += prepared_and_taken(s2, ref, data, size, tag);
         if (ref && ref != s)
             failures += host_buffers(s2, ref, data, size, tag);
+        if (ref && argc > 5)
+            failures += reader_checks(s2, ref, argv[5], argv[1], data, size, tag);
+        failures += cuda_checks(s2);
         if (ref != s)
             ppr_close(ref);
     }

@@ -1,4 +1,4 @@
-"""rss_reopen: the process's RSS while pyprores.native decoders are closed and
+"""rss_reopen: the process's RSS while pyprores.decode.native decoders are closed and
 opened again, for tests/test_memory.py (and by hand, to measure a build).
 
     python tests/tools/rss_reopen.py MODE BACKEND WARMUP N SMALL.mov LARGE.mov
@@ -14,6 +14,9 @@ MODE
            once to the end, once left after two frames with packets prepared
            and not sent (prefetch 3) and frames handed to the download
            thread and not delivered, the device kept open as for stream
+  file     pyprores.open_decoder over SMALL's file (the C library's reader
+           thread), left after its first frame with packets read ahead and
+           frames in flight, then over LARGE's to the end, the device kept open
   session  N sessions one after the other, each decoding the first packet of
            SMALL; none is open in between, so each creates the device anew
 
@@ -48,7 +51,7 @@ def first_packet(path: str) -> tuple[bytes, str]:
 def main(argv: list[str]) -> int:
     mode, backend, warmup, n, small, large = argv[1], argv[2], int(argv[3]), int(argv[4]), argv[5], argv[6]
     import pyprores
-    from pyprores import native
+    from pyprores.decode import native
 
     a, tag_a = first_packet(small)
     b, tag_b = first_packet(large)
@@ -81,6 +84,15 @@ def main(argv: list[str]) -> int:
                 for n, _ in enumerate(dec):
                     if n == 1:
                         break
+    elif mode == "file":
+        keep = native.Session(backend)
+
+        def one_round() -> None:
+            with pyprores.open_decoder(small, backend=backend, max_in_flight=2, prefetch=1) as dec:
+                next(iter(dec))
+            with pyprores.open_decoder(large, backend=backend, max_in_flight=2) as dec:
+                assert sum(1 for _ in dec) > 0
+            assert native.lib.ppr_readers_live() == 0
     elif mode == "session":
         def one_round() -> None:
             with native.Session(backend) as s:

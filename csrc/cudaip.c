@@ -1,0 +1,846 @@
+/*
+ * cudaip.c - frames handed to CUDA without a host copy (ppr_cuda): Vulkan
+ * memory exported as opaque file descriptors and imported into CUDA, a copy
+ * on the GPU per frame, and an exported timeline semaphore that CUDA waits on
+ * in the consumer's stream. See pyprores.h.
+ *
+ * The CUDA driver is loaded at run time (dlopen libcuda.so.1): the library
+ * builds and runs without it, and ppr_cuda_open says why when it is missing.
+ * The pattern is hwcontext_vulkan's export to CUDA (vulkan_export_to_cuda):
+ * memory exported with VK_KHR_external_memory_fd and imported with
+ * cuImportExternalMemory, a timeline semaphore exported with
+ * VK_KHR_external_semaphore_fd and imported as
+ * CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD. Here the exported
+ * memory is a linear buffer of our own per frame (the planes one after the
+ * other, rows unpadded), so that a CUDA pointer is all a consumer needs.
+ *
+ * Lifetimes: a buffer is referenced by its creator and by each DLPack tensor
+ * made of it; the last reference frees it (its Vulkan and CUDA objects). A
+ * buffer holds the ppr_cuda, which holds the Vulkan device and the CUDA
+ * primary context: tensors outlive the decoder. A tensor's deleter records a
+ * CUDA event on the stream it was made for, and the buffer's next copy waits
+ * for those events, so the GPU never writes a buffer that CUDA work queued
+ * before the tensor was dropped still reads.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <libavutil/buffer.h>
+#include <libavutil/frame.h>
+#include <libavutil/hwcontext.h>
+#include <libavutil/hwcontext_vulkan.h>
+
+#include "internal.h"
+#include "vkcopy.h"
+
+/* ------------------------------------------------------------------------ */
+/* the CUDA driver API, as much as is used (types from the driver API's
+ * documentation; the library does not need CUDA's headers)                  */
+
+typedef int CUresult;                   /* CUDA_SUCCESS = 0 */
+typedef int CUdevice;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
+typedef struct CUextMemory_st *CUexternalMemory;
+typedef struct CUextSemaphore_st *CUexternalSemaphore;
+typedef unsigned long long CUdeviceptr;
+typedef struct { char bytes[16]; } CUuuid;
+
+enum {
+    CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD = 1,
+    CUDA_EXTERNAL_MEMORY_DEDICATED = 1,
+    CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD = 9,
+    CU_EVENT_DISABLE_TIMING = 2,
+};
+
+typedef struct {
+    int type;
+    union {
+        int fd;
+        struct { void *handle; const void *name; } win32;
+        const void *nvSciBufObject;
+    } handle;
+    unsigned long long size;
+    unsigned int flags;
+    unsigned int reserved[16];
+} cu_ext_mem_desc;
+
+typedef struct {
+    unsigned long long offset;
+    unsigned long long size;
+    unsigned int flags;
+    unsigned int reserved[16];
+} cu_ext_mem_buffer_desc;
+
+typedef struct {
+    int type;
+    union {
+        int fd;
+        struct { void *handle; const void *name; } win32;
+        const void *nvSciSyncObj;
+    } handle;
+    unsigned int flags;
+    unsigned int reserved[16];
+} cu_ext_sem_desc;
+
+typedef struct {
+    struct {
+        struct { unsigned long long value; } fence;
+        union { void *fence; unsigned long long reserved; } nvSciSync;
+        struct { unsigned long long key; unsigned int timeoutMs; } keyedMutex;
+        unsigned int reserved[10];
+    } params;
+    unsigned int flags;
+    unsigned int reserved[16];
+} cu_ext_sem_wait_params;
+
+typedef struct cuda_fns {
+    CUresult (*Init)(unsigned);
+    CUresult (*GetErrorString)(CUresult, const char **);
+    CUresult (*DeviceGetCount)(int *);
+    CUresult (*DeviceGet)(CUdevice *, int);
+    CUresult (*DeviceGetUuid)(CUuuid *, CUdevice);
+    CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+    CUresult (*DevicePrimaryCtxRelease)(CUdevice);
+    CUresult (*CtxPushCurrent)(CUcontext);
+    CUresult (*CtxPopCurrent)(CUcontext *);
+    CUresult (*CtxSynchronize)(void);
+    CUresult (*ImportExternalMemory)(CUexternalMemory *, const cu_ext_mem_desc *);
+    CUresult (*ExternalMemoryGetMappedBuffer)(CUdeviceptr *, CUexternalMemory,
+                                              const cu_ext_mem_buffer_desc *);
+    CUresult (*DestroyExternalMemory)(CUexternalMemory);
+    CUresult (*MemFree)(CUdeviceptr);
+    CUresult (*ImportExternalSemaphore)(CUexternalSemaphore *, const cu_ext_sem_desc *);
+    CUresult (*WaitExternalSemaphoresAsync)(const CUexternalSemaphore *,
+                                            const cu_ext_sem_wait_params *, unsigned, CUstream);
+    CUresult (*DestroyExternalSemaphore)(CUexternalSemaphore);
+    CUresult (*EventCreate)(CUevent *, unsigned);
+    CUresult (*EventRecord)(CUevent, CUstream);
+    CUresult (*EventSynchronize)(CUevent);
+    CUresult (*EventDestroy)(CUevent);
+    CUresult (*StreamSynchronize)(CUstream);
+} cuda_fns;
+
+static cuda_fns g_cu;
+static int g_cu_ret;                    /* 0, or why the driver cannot be used */
+static char g_cu_err[PPR_MSG_SIZE];
+static pthread_once_t g_cu_once = PTHREAD_ONCE_INIT;
+
+static void cuda_load(void)
+{
+    static const struct { const char *names[2]; size_t off; } syms[] = {
+#define SYM(field, a, b) { { a, b }, offsetof(cuda_fns, field) }
+        SYM(Init, "cuInit", NULL),
+        SYM(GetErrorString, "cuGetErrorString", NULL),
+        SYM(DeviceGetCount, "cuDeviceGetCount", NULL),
+        SYM(DeviceGet, "cuDeviceGet", NULL),
+        SYM(DeviceGetUuid, "cuDeviceGetUuid_v2", "cuDeviceGetUuid"),
+        SYM(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", NULL),
+        SYM(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease"),
+        SYM(CtxPushCurrent, "cuCtxPushCurrent_v2", "cuCtxPushCurrent"),
+        SYM(CtxPopCurrent, "cuCtxPopCurrent_v2", "cuCtxPopCurrent"),
+        SYM(CtxSynchronize, "cuCtxSynchronize", NULL),
+        SYM(ImportExternalMemory, "cuImportExternalMemory", NULL),
+        SYM(ExternalMemoryGetMappedBuffer, "cuExternalMemoryGetMappedBuffer", NULL),
+        SYM(DestroyExternalMemory, "cuDestroyExternalMemory", NULL),
+        SYM(MemFree, "cuMemFree_v2", "cuMemFree"),
+        SYM(ImportExternalSemaphore, "cuImportExternalSemaphore", NULL),
+        SYM(WaitExternalSemaphoresAsync, "cuWaitExternalSemaphoresAsync", NULL),
+        SYM(DestroyExternalSemaphore, "cuDestroyExternalSemaphore", NULL),
+        SYM(EventCreate, "cuEventCreate", NULL),
+        SYM(EventRecord, "cuEventRecord", NULL),
+        SYM(EventSynchronize, "cuEventSynchronize", NULL),
+        SYM(EventDestroy, "cuEventDestroy_v2", "cuEventDestroy"),
+        SYM(StreamSynchronize, "cuStreamSynchronize", NULL),
+#undef SYM
+    };
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    const char *why;
+    size_t i;
+    CUresult r;
+
+    if (!lib) {
+        why = dlerror();
+        g_cu_ret = PPR_ENODEVICE;
+        snprintf(g_cu_err, sizeof(g_cu_err), "CUDA frames need NVIDIA's CUDA driver, which "
+                 "is not installed here (%s); decode into numpy (output=\"numpy\") instead",
+                 why ? why : "libcuda.so.1 not found");
+        return;
+    }
+    /* the library stays loaded for the process: buffers may outlive everything */
+    for (i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
+        void *f = dlsym(lib, syms[i].names[0]);
+        if (!f && syms[i].names[1])
+            f = dlsym(lib, syms[i].names[1]);
+        if (!f) {
+            g_cu_ret = PPR_ENODEVICE;
+            snprintf(g_cu_err, sizeof(g_cu_err), "the CUDA driver (libcuda.so.1) has no %s: "
+                     "too old for external memory (CUDA 11.2 or later is needed)",
+                     syms[i].names[0]);
+            return;
+        }
+        memcpy((char *)&g_cu + syms[i].off, &f, sizeof(f));
+    }
+    if ((r = g_cu.Init(0))) {
+        const char *s = NULL;
+        g_cu.GetErrorString(r, &s);
+        g_cu_ret = PPR_ENODEVICE;
+        snprintf(g_cu_err, sizeof(g_cu_err), "the CUDA driver did not start: cuInit: %s (%d)",
+                 s ? s : "?", r);
+    }
+}
+
+static int cu_fail(CUresult r, const char *what)
+{
+    const char *s = NULL;
+    if (g_cu.GetErrorString)
+        g_cu.GetErrorString(r, &s);
+    return ppr__fail(r == 2 /* CUDA_ERROR_OUT_OF_MEMORY */ ? PPR_ENOMEM : PPR_ENODEVICE,
+                     "%s failed: %s (CUresult %d)", what, s ? s : "?", r);
+}
+
+/* ------------------------------------------------------------------------ */
+
+#define MAX_EVENTS 16
+
+struct ppr_cuda {
+    int refs;                       /* the opener's and each buffer's (__atomic) */
+    AVBufferRef *device;
+    void (*release)(void *);        /* the session side's hold on the device */
+    void *release_opaque;
+    AVHWDeviceContext *dc;
+    host_vk vk;
+    VkDevice dev;
+    VkPhysicalDevice phys;
+    const VkAllocationCallbacks *alloc;
+    uint32_t qf, qi;
+    VkQueue queue;
+    VkSemaphore ready;              /* exported timeline semaphore: copies signal it */
+    uint64_t ready_value;           /* the last value a copy was submitted to signal */
+    CUexternalSemaphore cu_ready;
+    CUdevice cudev;
+    int ordinal;
+    CUcontext ctx;                  /* the device's primary context, retained */
+    pthread_mutex_t lock;           /* ready_value, submissions */
+};
+
+struct ppr_cuda_buffer {
+    int refs;                       /* the creator's and each tensor's (__atomic) */
+    ppr_cuda *c;
+    VkBuffer buf;
+    VkDeviceMemory mem;
+    size_t size;
+    CUexternalMemory ext;
+    CUdeviceptr ptr;
+    VkCommandPool pool;
+    VkCommandBuffer cmd;
+    VkFence fence;
+    pthread_mutex_t lock;           /* the fields below */
+    int pending;                    /* a copy submitted, its fence not waited for */
+    AVFrame *frame;                 /* the copied frame, held until its copy ended */
+    uint64_t ready_value;           /* the value of c->ready its copy signals */
+    CUevent events[MAX_EVENTS];     /* recorded by tensors' deleters, waited for by the next copy */
+    int nb_events, nb_recorded;
+};
+
+static int g_cuda_buffers_live;     /* __atomic */
+
+static void cuda_unref(ppr_cuda *c)
+{
+    CUcontext old;
+    if (!c || __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL))
+        return;
+    if (c->cu_ready && !g_cu.CtxPushCurrent(c->ctx)) {
+        g_cu.DestroyExternalSemaphore(c->cu_ready);
+        g_cu.CtxPopCurrent(&old);
+    }
+    if (c->ready)
+        c->vk.DestroySemaphore(c->dev, c->ready, c->alloc);
+    if (c->ctx)
+        g_cu.DevicePrimaryCtxRelease(c->cudev);
+    av_buffer_unref(&c->device);
+    if (c->release)
+        c->release(c->release_opaque);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+static int has_extension(const AVVulkanDeviceContext *hw, const char *name)
+{
+    int i;
+    for (i = 0; i < hw->nb_enabled_dev_extensions; i++)
+        if (hw->enabled_dev_extensions[i] && !strcmp(hw->enabled_dev_extensions[i], name))
+            return 1;
+    return 0;
+}
+
+#define VKCHECK(call, what)                                                    \
+    do {                                                                       \
+        VkResult r_ = (call);                                                  \
+        if (r_ != VK_SUCCESS) {                                                \
+            ret = ppr__fail(r_ == VK_ERROR_OUT_OF_HOST_MEMORY ||               \
+                            r_ == VK_ERROR_OUT_OF_DEVICE_MEMORY ?              \
+                            PPR_ENOMEM : PPR_ENODEVICE,                        \
+                            "%s failed (VkResult %d)", what, (int)r_);        \
+            goto fail;                                                         \
+        }                                                                      \
+    } while (0)
+
+#define CUCHECK(call, what)                                                    \
+    do {                                                                       \
+        CUresult c_ = (call);                                                  \
+        if (c_) {                                                              \
+            ret = cu_fail(c_, what);                                           \
+            goto fail;                                                         \
+        }                                                                      \
+    } while (0)
+
+int ppr__cuda_create(ppr_cuda **out, AVBufferRef *device, const char *device_name,
+                     void (*release)(void *), void *release_opaque)
+{
+    AVHWDeviceContext *dc = (AVHWDeviceContext *)device->data;
+    AVVulkanDeviceContext *hw = dc->hwctx;
+    VkPhysicalDeviceIDProperties id = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES };
+    VkPhysicalDeviceProperties2 props = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+                                          .pNext = &id };
+    ppr_cuda *c;
+    CUcontext old;
+    int ret, n = 0, i, nb_queues = 1, pushed = 0;
+    int fd = -1;
+
+    *out = NULL;
+    pthread_once(&g_cu_once, cuda_load);
+    if (g_cu_ret < 0) {
+        ret = ppr__fail(g_cu_ret, "%s", g_cu_err);
+        goto fail_early;
+    }
+    if (!has_extension(hw, VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME) ||
+        !has_extension(hw, VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME)) {
+        ret = ppr__fail(PPR_ENODEVICE, "the Vulkan device \"%s\" cannot share memory with CUDA "
+                        "(it lacks %s or %s)", device_name, VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME,
+                        VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME);
+        goto fail_early;
+    }
+    if (!(c = calloc(1, sizeof(*c)))) {
+        ret = ppr__fail(PPR_ENOMEM, "out of memory");
+        goto fail_early;
+    }
+    pthread_mutex_init(&c->lock, NULL);
+    c->refs = 1;
+    if (!(c->device = av_buffer_ref(device))) {
+        pthread_mutex_destroy(&c->lock);
+        free(c);
+        ret = ppr__fail(PPR_ENOMEM, "out of memory");
+        goto fail_early;
+    }
+    /* from here on cuda_unref() undoes everything, the caller's hold included */
+    c->release = release;
+    c->release_opaque = release_opaque;
+    c->dc = dc;
+    c->dev = hw->act_dev;
+    c->phys = hw->phys_dev;
+    c->alloc = hw->alloc;
+    if ((ret = ppr__vk_load(&c->vk, hw)) < 0)
+        goto fail;
+    if (!c->vk.GetMemoryFdKHR || !c->vk.GetSemaphoreFdKHR || !c->vk.GetPhysicalDeviceProperties2) {
+        ret = ppr__fail(PPR_ENODEVICE, "the Vulkan device has no vkGetMemoryFdKHR/vkGetSemaphoreFdKHR");
+        goto fail;
+    }
+
+    /* the CUDA device that is this Vulkan device */
+    c->vk.GetPhysicalDeviceProperties2(c->phys, &props);
+    CUCHECK(g_cu.DeviceGetCount(&n), "cuDeviceGetCount");
+    c->ordinal = -1;
+    for (i = 0; i < n; i++) {
+        CUuuid u;
+        CUdevice d;
+        if (!g_cu.DeviceGet(&d, i) && !g_cu.DeviceGetUuid(&u, d) &&
+            !memcmp(u.bytes, id.deviceUUID, VK_UUID_SIZE)) {
+            c->cudev = d;
+            c->ordinal = i;
+            break;
+        }
+    }
+    if (c->ordinal < 0) {
+        char uuid[2 * VK_UUID_SIZE + 1];
+        for (i = 0; i < VK_UUID_SIZE; i++)
+            snprintf(uuid + 2 * i, 3, "%02x", id.deviceUUID[i]);
+        ret = ppr__fail(PPR_ENODEVICE, "none of the %d CUDA device(s) is the Vulkan device \"%s\" "
+                        "(UUID %s): choose the NVIDIA GPU with device=", n, device_name, uuid);
+        goto fail;
+    }
+    CUCHECK(g_cu.DevicePrimaryCtxRetain(&c->ctx, c->cudev), "cuDevicePrimaryCtxRetain");
+
+    /* copies go to one queue, so that the timeline's values are signalled in order */
+    if ((ret = ppr__pick_queue_family(hw, &c->qf, &nb_queues)) < 0)
+        goto fail;
+    c->qi = nb_queues - 1;
+    c->vk.GetDeviceQueue2(c->dev, &(VkDeviceQueueInfo2) {
+        .sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_INFO_2,
+#if LIBAVUTIL_VERSION_MAJOR >= 60
+        .flags = hw->queue_flags,
+#endif
+        .queueFamilyIndex = c->qf,
+        .queueIndex = c->qi,
+    }, &c->queue);
+    if (!c->queue) {
+        ret = ppr__fail(PPR_ENODEVICE, "no queue %u of family %u", c->qi, c->qf);
+        goto fail;
+    }
+
+    VKCHECK(c->vk.CreateSemaphore(c->dev, &(VkSemaphoreCreateInfo) {
+                .sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO,
+                .pNext = &(VkSemaphoreTypeCreateInfo) {
+                    .sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO,
+                    .pNext = &(VkExportSemaphoreCreateInfo) {
+                        .sType = VK_STRUCTURE_TYPE_EXPORT_SEMAPHORE_CREATE_INFO,
+                        .handleTypes = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT,
+                    },
+                    .semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE,
+                    .initialValue = 0,
+                },
+            }, c->alloc, &c->ready), "vkCreateSemaphore (exportable timeline)");
+    VKCHECK(c->vk.GetSemaphoreFdKHR(c->dev, &(VkSemaphoreGetFdInfoKHR) {
+                .sType = VK_STRUCTURE_TYPE_SEMAPHORE_GET_FD_INFO_KHR,
+                .semaphore = c->ready,
+                .handleType = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT,
+            }, &fd), "vkGetSemaphoreFdKHR");
+    CUCHECK(g_cu.CtxPushCurrent(c->ctx), "cuCtxPushCurrent");
+    pushed = 1;
+    {
+        cu_ext_sem_desc d = { .type = CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD };
+        d.handle.fd = fd;
+        CUCHECK(g_cu.ImportExternalSemaphore(&c->cu_ready, &d), "cuImportExternalSemaphore");
+        fd = -1;   /* CUDA owns it now */
+    }
+    g_cu.CtxPopCurrent(&old);
+    *out = c;
+    return 0;
+
+fail:
+    if (pushed)
+        g_cu.CtxPopCurrent(&old);
+    if (fd >= 0)
+        close(fd);
+    cuda_unref(c);
+    return ret;
+fail_early:
+    if (release)
+        release(release_opaque);
+    return ret;
+}
+
+int ppr_cuda_device(const ppr_cuda *c) { return c ? c->ordinal : -1; }
+
+void ppr_cuda_close(ppr_cuda *c)
+{
+    cuda_unref(c);
+}
+
+/* Wait for the buffer's copy and for CUDA work queued before its tensors were
+ * dropped; b->lock held. */
+static int buffer_idle(ppr_cuda_buffer *b)
+{
+    CUcontext old;
+    VkResult r;
+    int i, ret = 0;
+
+    if (b->pending) {
+        r = b->c->vk.WaitForFences(b->c->dev, 1, &b->fence, VK_TRUE, 60ULL * 1000000000ULL);
+        if (r != VK_SUCCESS)
+            return ppr__fail(r == VK_TIMEOUT ? PPR_EDECODE : PPR_ENODEVICE,
+                             "waiting for a copy to CUDA memory failed (VkResult %d)", (int)r);
+        b->pending = 0;
+        av_frame_free(&b->frame);
+    }
+    if (b->nb_recorded) {
+        if (g_cu.CtxPushCurrent(b->c->ctx))
+            return ppr__fail(PPR_ENODEVICE, "cuCtxPushCurrent failed");
+        for (i = 0; i < b->nb_recorded; i++) {
+            CUresult cr = g_cu.EventSynchronize(b->events[i]);
+            if (cr && !ret)
+                ret = cu_fail(cr, "cuEventSynchronize");
+        }
+        g_cu.CtxPopCurrent(&old);
+        b->nb_recorded = 0;
+    }
+    return ret;
+}
+
+static void buffer_destroy(ppr_cuda_buffer *b)
+{
+    ppr_cuda *c = b->c;
+    CUcontext old;
+    int i;
+
+    pthread_mutex_lock(&b->lock);
+    while (buffer_idle(b) < 0 && b->pending)
+        ;   /* the GPU may write the memory until the copy ends: never free before */
+    pthread_mutex_unlock(&b->lock);
+    if (!g_cu.CtxPushCurrent(c->ctx)) {
+        for (i = 0; i < b->nb_events; i++)
+            g_cu.EventDestroy(b->events[i]);
+        if (b->ptr)
+            g_cu.MemFree(b->ptr);
+        if (b->ext)
+            g_cu.DestroyExternalMemory(b->ext);
+        g_cu.CtxPopCurrent(&old);
+    }
+    if (b->fence)
+        c->vk.DestroyFence(c->dev, b->fence, c->alloc);
+    if (b->pool)
+        c->vk.DestroyCommandPool(c->dev, b->pool, c->alloc);
+    if (b->buf)
+        c->vk.DestroyBuffer(c->dev, b->buf, c->alloc);
+    if (b->mem)
+        c->vk.FreeMemory(c->dev, b->mem, c->alloc);
+    av_frame_free(&b->frame);
+    pthread_mutex_destroy(&b->lock);
+    free(b);
+    __atomic_sub_fetch(&g_cuda_buffers_live, 1, __ATOMIC_RELAXED);
+    cuda_unref(c);
+}
+
+static void buffer_unref(ppr_cuda_buffer *b)
+{
+    if (b && !__atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL))
+        buffer_destroy(b);
+}
+
+ppr_cuda_buffer *ppr_cuda_buffer_new(ppr_cuda *c, size_t size)
+{
+    VkPhysicalDeviceMemoryProperties mprops;
+    VkMemoryRequirements req;
+    ppr_cuda_buffer *b;
+    CUcontext old;
+    uint32_t i;
+    int ret, type = -1, fd = -1, pushed = 0;
+
+    ppr__clear_error();
+    if (!c || !size || size > ((size_t)1 << 40)) {
+        ppr__fail(PPR_EINVAL, "a CUDA buffer of %zu bytes", size);
+        return NULL;
+    }
+    if (!(b = calloc(1, sizeof(*b)))) {
+        ppr__fail(PPR_ENOMEM, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&b->lock, NULL);
+    b->refs = 1;
+    b->c = c;
+    b->size = size;
+    __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
+    __atomic_add_fetch(&g_cuda_buffers_live, 1, __ATOMIC_RELAXED);
+
+    VKCHECK(c->vk.CreateBuffer(c->dev, &(VkBufferCreateInfo) {
+                .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+                .pNext = &(VkExternalMemoryBufferCreateInfo) {
+                    .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO,
+                    .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT,
+                },
+                .size = size,
+                .usage = VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                .sharingMode = VK_SHARING_MODE_EXCLUSIVE,
+            }, c->alloc, &b->buf), "vkCreateBuffer (exportable)");
+    c->vk.GetBufferMemoryRequirements(c->dev, b->buf, &req);
+    c->vk.GetPhysicalDeviceMemoryProperties(c->phys, &mprops);
+    for (i = 0; i < mprops.memoryTypeCount && type < 0; i++)
+        if ((req.memoryTypeBits & (1u << i)) &&
+            (mprops.memoryTypes[i].propertyFlags & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT))
+            type = i;
+    if (type < 0) {
+        ret = ppr__fail(PPR_ENODEVICE, "the Vulkan device has no device-local memory to export");
+        goto fail;
+    }
+    VKCHECK(c->vk.AllocateMemory(c->dev, &(VkMemoryAllocateInfo) {
+                .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+                .pNext = &(VkExportMemoryAllocateInfo) {
+                    .sType = VK_STRUCTURE_TYPE_EXPORT_MEMORY_ALLOCATE_INFO,
+                    .pNext = &(VkMemoryDedicatedAllocateInfo) {
+                        .sType = VK_STRUCTURE_TYPE_MEMORY_DEDICATED_ALLOCATE_INFO,
+                        .buffer = b->buf,
+                    },
+                    .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT,
+                },
+                .allocationSize = req.size,
+                .memoryTypeIndex = type,
+            }, c->alloc, &b->mem), "vkAllocateMemory (exportable)");
+    VKCHECK(c->vk.BindBufferMemory(c->dev, b->buf, b->mem, 0), "vkBindBufferMemory");
+    VKCHECK(c->vk.GetMemoryFdKHR(c->dev, &(VkMemoryGetFdInfoKHR) {
+                .sType = VK_STRUCTURE_TYPE_MEMORY_GET_FD_INFO_KHR,
+                .memory = b->mem,
+                .handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT,
+            }, &fd), "vkGetMemoryFdKHR");
+
+    CUCHECK(g_cu.CtxPushCurrent(c->ctx), "cuCtxPushCurrent");
+    pushed = 1;
+    {
+        cu_ext_mem_desc d = {
+            .type = CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD,
+            .size = req.size,
+            .flags = CUDA_EXTERNAL_MEMORY_DEDICATED,
+        };
+        cu_ext_mem_buffer_desc bd = { .offset = 0, .size = size };
+        d.handle.fd = fd;
+        CUCHECK(g_cu.ImportExternalMemory(&b->ext, &d), "cuImportExternalMemory");
+        fd = -1;   /* CUDA owns it now */
+        CUCHECK(g_cu.ExternalMemoryGetMappedBuffer(&b->ptr, b->ext, &bd),
+                "cuExternalMemoryGetMappedBuffer");
+    }
+    g_cu.CtxPopCurrent(&old);
+    pushed = 0;
+
+    VKCHECK(c->vk.CreateCommandPool(c->dev, &(VkCommandPoolCreateInfo) {
+                .sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+                .flags = VK_COMMAND_POOL_CREATE_TRANSIENT_BIT,
+                .queueFamilyIndex = c->qf,
+            }, c->alloc, &b->pool), "vkCreateCommandPool");
+    VKCHECK(c->vk.AllocateCommandBuffers(c->dev, &(VkCommandBufferAllocateInfo) {
+                .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                .commandPool = b->pool,
+                .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                .commandBufferCount = 1,
+            }, &b->cmd), "vkAllocateCommandBuffers");
+    VKCHECK(c->vk.CreateFence(c->dev, &(VkFenceCreateInfo) {
+                .sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO,
+            }, c->alloc, &b->fence), "vkCreateFence");
+    return b;
+
+fail:
+    if (pushed)
+        g_cu.CtxPopCurrent(&old);
+    if (fd >= 0)
+        close(fd);
+    buffer_destroy(b);
+    (void)ret;
+    return NULL;
+}
+
+uint64_t ppr_cuda_buffer_ptr(const ppr_cuda_buffer *b) { return b ? (uint64_t)b->ptr : 0; }
+size_t ppr_cuda_buffer_size(const ppr_cuda_buffer *b) { return b ? b->size : 0; }
+int ppr_cuda_buffer_refs(const ppr_cuda_buffer *b)
+{
+    return b ? __atomic_load_n(&b->refs, __ATOMIC_ACQUIRE) : 0;
+}
+int ppr_cuda_buffers_live(void) { return __atomic_load_n(&g_cuda_buffers_live, __ATOMIC_RELAXED); }
+
+void ppr_cuda_buffer_free(ppr_cuda_buffer *b)
+{
+    buffer_unref(b);
+}
+
+int ppr__cuda_download_start(ppr_cuda_buffer *b, AVFrame *frame, const ppr_planes *out)
+{
+    ppr_cuda *c = b->c;
+    size_t offset[4];
+    AVFrame *hold;
+    int i, ret;
+
+    if (!frame || frame->format != AV_PIX_FMT_VULKAN || !frame->hw_frames_ctx)
+        return ppr__fail(PPR_EINVAL, "not a Vulkan frame");
+    if (((AVHWFramesContext *)frame->hw_frames_ctx->data)->device_ref->data != c->device->data)
+        return ppr__fail(PPR_EINVAL, "the CUDA buffer belongs to another Vulkan device");
+    for (i = 0; i < out->count && i < 4; i++) {
+        const ppr_plane *p = &out->plane[i];
+        uint64_t start = (uint64_t)(uintptr_t)p->data;
+        size_t need;
+        if (!p->data || p->width <= 0 || p->height <= 0 || p->stride < (ptrdiff_t)p->width * 2 ||
+            (p->stride & 1))
+            return ppr__fail(PPR_EINVAL, "plane %d: no data, or a stride below its %d samples",
+                             i, p->width);
+        if (start < b->ptr || start >= b->ptr + b->size || ((start - b->ptr) & 3))
+            return ppr__fail(PPR_EINVAL, "plane %d does not start inside the CUDA buffer on a "
+                             "4-byte boundary", i);
+        need = (size_t)p->stride * (p->height - 1) + (size_t)p->width * 2;
+        if (need > b->size - (start - b->ptr))
+            return ppr__fail(PPR_EINVAL, "plane %d ends past the CUDA buffer's %zu bytes", i,
+                             b->size);
+        offset[i] = start - b->ptr;
+    }
+    if (!(hold = av_frame_alloc()))
+        return ppr__fail(PPR_ENOMEM, "out of memory");
+
+    pthread_mutex_lock(&b->lock);
+    if ((ret = buffer_idle(b)) < 0) {
+        pthread_mutex_unlock(&b->lock);
+        av_frame_free(&hold);
+        return ret;
+    }
+    pthread_mutex_lock(&c->lock);
+    ret = ppr__vk_copy_submit(&(ppr__vk_copy) {
+            .vk = &c->vk, .dev = c->dev, .queue = c->queue, .qf = c->qf, .qi = c->qi,
+            .pool = b->pool, .cmd = b->cmd, .fence = b->fence, .buf = b->buf,
+            .signal = c->ready, .signal_value = c->ready_value + 1,
+        }, frame, offset, out);
+    if (ret >= 0)
+        b->ready_value = ++c->ready_value;
+    pthread_mutex_unlock(&c->lock);
+    if (ret < 0) {
+        pthread_mutex_unlock(&b->lock);
+        av_frame_free(&hold);
+        return ret;
+    }
+    av_frame_move_ref(hold, frame);
+    b->frame = hold;
+    b->pending = 1;
+    pthread_mutex_unlock(&b->lock);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* DLPack (dlpack.h 1.x, written from the specification)                      */
+
+typedef struct { uint32_t major, minor; } dl_version;
+typedef struct { int32_t device_type, device_id; } dl_device;
+typedef struct { uint8_t code, bits; uint16_t lanes; } dl_dtype;
+typedef struct {
+    void *data;
+    dl_device device;
+    int32_t ndim;
+    dl_dtype dtype;
+    int64_t *shape;
+    int64_t *strides;
+    uint64_t byte_offset;
+} dl_tensor;
+typedef struct dl_managed {                 /* DLManagedTensor */
+    dl_tensor dl_tensor;
+    void *manager_ctx;
+    void (*deleter)(struct dl_managed *self);
+} dl_managed;
+typedef struct dl_managed_v {               /* DLManagedTensorVersioned */
+    dl_version version;
+    void *manager_ctx;
+    void (*deleter)(struct dl_managed_v *self);
+    uint64_t flags;
+    dl_tensor dl_tensor;
+} dl_managed_v;
+
+enum { DL_CUDA = 2, DL_UINT = 1 };
+
+/* what a tensor holds: its buffer, and the stream it was made for */
+typedef struct dl_ctx {
+    ppr_cuda_buffer *b;
+    CUstream stream;
+    int64_t shape[2], strides[2];
+    union { dl_managed m; dl_managed_v v; } t;
+} dl_ctx;
+
+/* The tensor is gone: CUDA work queued on its stream before now may still
+ * read the buffer, so the buffer's next copy waits for an event recorded
+ * here (or, without room for one, for the stream). */
+static void tensor_release(dl_ctx *x)
+{
+    ppr_cuda_buffer *b = x->b;
+    CUcontext old;
+
+    if (x->stream != (CUstream)(intptr_t)-1 && !g_cu.CtxPushCurrent(b->c->ctx)) {
+        pthread_mutex_lock(&b->lock);
+        if (b->nb_recorded == b->nb_events && b->nb_events < MAX_EVENTS &&
+            !g_cu.EventCreate(&b->events[b->nb_events], CU_EVENT_DISABLE_TIMING))
+            b->nb_events++;
+        if (b->nb_recorded < b->nb_events &&
+            !g_cu.EventRecord(b->events[b->nb_recorded], x->stream))
+            b->nb_recorded++;
+        else if (g_cu.StreamSynchronize(x->stream))
+            g_cu.CtxSynchronize();
+        pthread_mutex_unlock(&b->lock);
+        g_cu.CtxPopCurrent(&old);
+    }
+    buffer_unref(b);
+    free(x);
+}
+
+static void delete_managed(dl_managed *m) { tensor_release(m->manager_ctx); }
+static void delete_managed_v(dl_managed_v *m) { tensor_release(m->manager_ctx); }
+
+void *ppr_cuda_dlpack(ppr_cuda_buffer *b, const ppr_plane *plane, intptr_t stream, int versioned)
+{
+    ppr_cuda *c;
+    dl_ctx *x;
+    dl_tensor *t;
+    CUcontext old;
+    CUresult r;
+    uint64_t start;
+
+    ppr__clear_error();
+    if (!b || !plane || !plane->data || plane->width <= 0 || plane->height <= 0 ||
+        plane->stride < (ptrdiff_t)plane->width * 2 || (plane->stride & 1)) {
+        ppr__fail(PPR_EINVAL, "ppr_cuda_dlpack: no buffer, or a bad plane");
+        return NULL;
+    }
+    c = b->c;
+    start = (uint64_t)(uintptr_t)plane->data;
+    if (start < b->ptr || start + (uint64_t)plane->stride * (plane->height - 1) +
+        (uint64_t)plane->width * 2 > b->ptr + b->size) {
+        ppr__fail(PPR_EINVAL, "ppr_cuda_dlpack: the plane is not inside the buffer");
+        return NULL;
+    }
+    if (!(x = calloc(1, sizeof(*x)))) {
+        ppr__fail(PPR_ENOMEM, "out of memory");
+        return NULL;
+    }
+    /* the consumer's stream waits for the copy (DLPack: -1 asks for no synchronisation) */
+    if (stream != -1) {
+        cu_ext_sem_wait_params w;
+        memset(&w, 0, sizeof(w));
+        pthread_mutex_lock(&b->lock);
+        w.params.fence.value = b->ready_value;
+        pthread_mutex_unlock(&b->lock);
+        if ((r = g_cu.CtxPushCurrent(c->ctx))) {
+            free(x);
+            cu_fail(r, "cuCtxPushCurrent");
+            return NULL;
+        }
+        r = g_cu.WaitExternalSemaphoresAsync(&c->cu_ready, &w, 1, (CUstream)stream);
+        g_cu.CtxPopCurrent(&old);
+        if (r) {
+            free(x);
+            cu_fail(r, "cuWaitExternalSemaphoresAsync");
+            return NULL;
+        }
+    }
+    __atomic_add_fetch(&b->refs, 1, __ATOMIC_ACQ_REL);
+    x->b = b;
+    x->stream = (CUstream)stream;
+    x->shape[0] = plane->height;
+    x->shape[1] = plane->width;
+    x->strides[0] = plane->stride / 2;
+    x->strides[1] = 1;
+    if (versioned) {
+        x->t.v.version = (dl_version) { 1, 0 };
+        x->t.v.manager_ctx = x;
+        x->t.v.deleter = delete_managed_v;
+        t = &x->t.v.dl_tensor;
+    } else {
+        x->t.m.manager_ctx = x;
+        x->t.m.deleter = delete_managed;
+        t = &x->t.m.dl_tensor;
+    }
+    t->data = (void *)(uintptr_t)start;
+    t->device = (dl_device) { DL_CUDA, c->ordinal };
+    t->ndim = 2;
+    t->dtype = (dl_dtype) { DL_UINT, 16, 1 };
+    t->shape = x->shape;
+    t->strides = x->strides;
+    t->byte_offset = 0;
+    return &x->t;
+}
+
+void ppr_dlpack_delete(void *managed, int versioned)
+{
+    if (!managed)
+        return;
+    if (versioned) {
+        dl_managed_v *v = managed;
+        if (v->deleter)
+            v->deleter(v);
+    } else {
+        dl_managed *m = managed;
+        if (m->deleter)
+            m->deleter(m);
+    }
+}

@@ -1,0 +1,81 @@
+/* Vulkan helpers shared by hostdl.c and cudaip.c. Not installed, not API. */
+#ifndef PYPRORES_VKCOPY_H
+#define PYPRORES_VKCOPY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <libavutil/frame.h>
+#include <libavutil/hwcontext.h>
+#include <libavutil/hwcontext_vulkan.h>
+
+#include "pyprores.h"
+
+/* The Vulkan calls made here, loaded through the device context's
+ * get_proc_addr: the extension does not link the loader itself. */
+typedef struct host_vk {
+    PFN_vkGetPhysicalDeviceMemoryProperties GetPhysicalDeviceMemoryProperties;
+    PFN_vkGetDeviceProcAddr GetDeviceProcAddr;
+    PFN_vkCreateBuffer CreateBuffer;
+    PFN_vkDestroyBuffer DestroyBuffer;
+    PFN_vkGetBufferMemoryRequirements GetBufferMemoryRequirements;
+    PFN_vkAllocateMemory AllocateMemory;
+    PFN_vkFreeMemory FreeMemory;
+    PFN_vkBindBufferMemory BindBufferMemory;
+    PFN_vkMapMemory MapMemory;
+    PFN_vkUnmapMemory UnmapMemory;
+    PFN_vkInvalidateMappedMemoryRanges InvalidateMappedMemoryRanges;
+    PFN_vkCreateCommandPool CreateCommandPool;
+    PFN_vkDestroyCommandPool DestroyCommandPool;
+    PFN_vkAllocateCommandBuffers AllocateCommandBuffers;
+    PFN_vkResetCommandPool ResetCommandPool;
+    PFN_vkBeginCommandBuffer BeginCommandBuffer;
+    PFN_vkEndCommandBuffer EndCommandBuffer;
+    PFN_vkCmdPipelineBarrier CmdPipelineBarrier;
+    PFN_vkCmdCopyImageToBuffer CmdCopyImageToBuffer;
+    PFN_vkCreateFence CreateFence;
+    PFN_vkDestroyFence DestroyFence;
+    PFN_vkResetFences ResetFences;
+    PFN_vkWaitForFences WaitForFences;
+    PFN_vkGetDeviceQueue2 GetDeviceQueue2;
+    PFN_vkQueueSubmit QueueSubmit;
+    PFN_vkCreateSemaphore CreateSemaphore;
+    PFN_vkDestroySemaphore DestroySemaphore;
+    PFN_vkGetSemaphoreCounterValue GetSemaphoreCounterValue;
+    /* optional (NULL when the device lacks the extension) */
+    PFN_vkGetMemoryFdKHR GetMemoryFdKHR;
+    PFN_vkGetSemaphoreFdKHR GetSemaphoreFdKHR;
+    PFN_vkGetPhysicalDeviceProperties2 GetPhysicalDeviceProperties2;
+} host_vk;
+
+/* Load the table from the device context (optional entries may stay NULL). */
+int ppr__vk_load(host_vk *f, const AVVulkanDeviceContext *hw);
+
+/* The queue family copies go to (a copy engine where there is one), and its queue count. */
+int ppr__pick_queue_family(const AVVulkanDeviceContext *hw, uint32_t *qf, int *nb);
+
+/* hwcontext_vulkan's queue lock (FFmpeg 7.1; FFmpeg 9 locks internally). */
+void ppr__lock_queue(AVHWDeviceContext *dc, uint32_t qf, uint32_t qi, int lock);
+
+/* Where a frame is copied to, and how. */
+typedef struct ppr__vk_copy {
+    const host_vk *vk;
+    VkDevice dev;
+    VkQueue queue;
+    uint32_t qf, qi;
+    VkCommandPool pool;         /* reset for the copy: nothing of it may be pending */
+    VkCommandBuffer cmd;
+    VkFence fence;              /* reset, then signalled when the copy ends */
+    VkBuffer buf;               /* the destination */
+    int to_host;                /* make the writes visible to the host (fence waiters) */
+    VkSemaphore signal;         /* a timeline semaphore also signalled, or VK_NULL_HANDLE */
+    uint64_t signal_value;
+} ppr__vk_copy;
+
+/* Submit the copy of `frame` (a Vulkan frame of c->dev) into c->buf, plane i
+ * at offset[i] with out->plane[i]'s width, height and stride (bytes, even).
+ * The caller keeps the frame alive until the fence. */
+int ppr__vk_copy_submit(const ppr__vk_copy *c, AVFrame *frame, const size_t offset[4],
+                        const ppr_planes *out);
+
+#endif

@@ -1,0 +1,174 @@
+"""tools/gpu/gpu-load, the load and soak steps of tools/gpu/gpu-run (issue 35): K concurrent ffmpeg
+processes on the Vulkan device (lavapipe here), their summary, the exactness check against the
+software decoder, failure counting, and the soak's memory samples and fit. Fast: a 128x72 clip
+of 4 frames, K <= 3."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import load_script
+
+REPO = Path(__file__).resolve().parent.parent
+GPU_LOAD = REPO / "tools" / "gpu" / "gpu-load"
+FMT = "yuv422p10le"
+
+
+@pytest.fixture(scope="module")
+def clip(ffmpeg_dir: Path, tmp_path_factory) -> Path:
+    """4 frames of 128x72 ProRes 422 HQ, as gpu-run's q-422hq."""
+    out = tmp_path_factory.mktemp("load") / "q.mov"
+    subprocess.run([str(ffmpeg_dir / "bin" / "ffmpeg"), "-hide_banner", "-nostdin", "-v", "error", "-y",
+                    "-f", "lavfi", "-i", "testsrc2=s=128x72:r=24:d=0.1667",
+                    "-vf", f"noise=alls=14:allf=t+u,format={FMT}", "-frames:v", "4",
+                    "-c:v", "prores_ks", "-profile:v", "3", str(out)], check=True, timeout=60)
+    return out
+
+
+def gpu_load(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(GPU_LOAD), *args], capture_output=True, text=True, timeout=120)
+
+
+def software_framemd5(ffmpeg_dir: Path, clip: Path) -> str:
+    return subprocess.run([str(ffmpeg_dir / "bin" / "ffmpeg"), "-v", "error", "-i", str(clip), "-f", "framemd5",
+                           "-pix_fmt", FMT, "-"], capture_output=True, text=True, check=True, timeout=60).stdout
+
+
+def test_load_summary(ffmpeg_dir: Path, clip: Path, tmp_path: Path):
+    out = tmp_path / "load.json"
+    res = gpu_load("load", "--ffmpeg", f"ff={ffmpeg_dir}", "--clip", str(clip), "--format", FMT,
+                   "--ks", "1,2", "--frames", "6", "--variants", "gpu,start", "--diag-ks", "1,2",
+                   "--exact-ks", "2", "--exact-frames", "5", "--workdir", str(tmp_path / "w"), "--json", str(out))
+    assert res.returncode == 0, res.stdout + res.stderr
+    j = json.loads(out.read_text())
+    assert j["clip_frames"] == 4 and j["frames_per_process"] == 6
+    assert j["reference"] == "software decoder of ff"
+    for k in (1, 2):
+        r = j["scaling"]["ff"][str(k)]
+        # 6 frames of a 4-frame clip: two passes (-stream_loop 1), cut at 6
+        assert r["k"] == k and r["frames"] == r["expected_frames"] == 6 * k
+        assert r["failures"] == {} and len(r["procs"]) == k
+        assert all(p["exit"] == 0 and p["frames"] == 6 and p["failure"] is None for p in r["procs"])
+        assert r["fps"] > 0 and 0 < r["proc_wall_s"]["min"] <= r["proc_wall_s"]["max"] <= r["wall_s"]
+        assert 0 < r["first_frame_s"]["max"] <= r["proc_wall_s"]["max"]
+        # the processes' own CPU time, from wait4(): a Vulkan decode cannot take none
+        assert r["cpu_ms_per_frame"] > 0 and r["vol_ctxsw_per_frame"] > 0
+        assert 0 < r["cpu_busy"] <= 1
+        assert ("gpu_mem_peak_mib" in r) == (shutil.which("nvidia-smi") is not None)
+        assert "-stream_loop" in r["argv"] and "hwdownload,format=yuv422p10le" in r["argv"]
+    gpu = j["diagnosis"]["gpu"]["2"]
+    assert gpu["frames"] == 12 and "hwdownload,format=yuv422p10le" not in gpu["argv"]
+    start = j["diagnosis"]["start"]["2"]
+    assert start["frames"] == start["expected_frames"] == 2
+    # the ratios between K = 1 and 2 that the hypotheses are read from (docs/ROBUSTNESS.md)
+    sig = j["signals"]
+    assert sig["start_wall_2/1"] > 0 and sig["cpu_per_frame_2/1_gpu"] > 0 and sig["fps_2_gpu/dl"] > 0
+    assert sig["cpu_per_frame_2/1_dl"] == pytest.approx(
+        j["scaling"]["ff"]["2"]["cpu_ms_per_frame"] / j["scaling"]["ff"]["1"]["cpu_ms_per_frame"], abs=0.01)
+    assert not any(k.startswith("fps_2_start") for k in sig)
+    ex = j["exact"]["ff"]["2"]
+    assert ex["exact_procs"] == 2 and ex["failures"] == {} and ex["frames"] == 10
+    assert "load ff exact K=2: 2/2 processes equal to the reference" in res.stdout
+
+
+def test_exactness_catches_a_mismatch(ffmpeg_dir: Path, clip: Path, tmp_path: Path):
+    """A reference with one frame's hash changed: every process must be reported."""
+    ref = software_framemd5(ffmpeg_dir, clip).splitlines()
+    last = max(i for i, ln in enumerate(ref) if ln and not ln.startswith("#"))
+    ref[last] = ref[last][:-6] + ("000000" if not ref[last].endswith("000000") else "ffffff")
+    bad = tmp_path / "bad.framemd5"
+    bad.write_text("\n".join(ref) + "\n")
+    out = tmp_path / "load.json"
+    res = gpu_load("load", "--ffmpeg", f"ff={ffmpeg_dir}", "--clip", str(clip), "--format", FMT, "--ks", "1",
+                   "--frames", "4", "--variants", "", "--exact-ks", "2", "--exact-frames", "6",
+                   "--reference", str(bad), "--workdir", str(tmp_path / "w"), "--json", str(out))
+    assert res.returncode == 1, res.stdout + res.stderr
+    ex = json.loads(out.read_text())["exact"]["ff"]["2"]
+    assert ex["exact_procs"] == 0 and ex["failures"] == {"mismatch": 2}
+    # the 4th frame (index 3) is the first that differs; the processes themselves ran fine
+    assert [p["first_mismatch"] for p in ex["procs"]] == [3, 3]
+    assert all(p["exit"] == 0 and p["frames"] == 6 for p in ex["procs"])
+
+
+def test_failed_processes_are_counted(ffmpeg_dir: Path, clip: Path, tmp_path: Path):
+    """A device that does not exist: every process exits non-zero, counted, and the run fails."""
+    out = tmp_path / "load.json"
+    res = gpu_load("load", "--ffmpeg", f"ff={ffmpeg_dir}", "--clip", str(clip), "--format", FMT, "--ks", "2",
+                   "--frames", "4", "--variants", "", "--exact-ks", "", "--device", "97",
+                   "--workdir", str(tmp_path / "w"), "--json", str(out))
+    assert res.returncode == 1
+    r = json.loads(out.read_text())["scaling"]["ff"]["2"]
+    assert r["frames"] == 0 and r["failures"] == {"exit": 2}
+    assert "process 0: exit" in res.stdout
+
+
+def test_soak_samples_memory(ffmpeg_dir: Path, clip: Path, tmp_path: Path):
+    csv, out = tmp_path / "soak.csv", tmp_path / "soak.json"
+    res = gpu_load("soak", "--ffmpeg", f"ff={ffmpeg_dir}", "--clip", str(clip), "--format", FMT,
+                   "--frames", "1200", "--interval", "0.05", "--max-time", "60", "--workdir", str(tmp_path / "w"),
+                   "--csv", str(csv), "--json", str(out))
+    j = json.loads(out.read_text())
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert j["frames"] == 1200 and j["clip_frames"] == 4 and not j["stopped_at_max_time"] and j["exit"] == 0
+    rows = csv.read_text().splitlines()
+    assert rows[0] == "t_s,frames,rss_mib,gpu_used_mib,gpu_process_mib"
+    assert len(rows) - 1 == j["samples"] >= 3
+    frames = [int(r.split(",")[1]) for r in rows[1:]]
+    assert frames == sorted(frames) and all(float(r.split(",")[2]) > 10 for r in rows[1:])
+    assert j["fits"]["rss"]["samples"] >= 3 and j["flat"]["rss"] is True
+
+
+def test_soak_stops_at_max_time(ffmpeg_dir: Path, clip: Path, tmp_path: Path):
+    """Too few frames in the time given: stopped with SIGINT and failed, not hung."""
+    out = tmp_path / "soak.json"
+    res = gpu_load("soak", "--ffmpeg", f"ff={ffmpeg_dir}", "--clip", str(clip), "--format", FMT,
+                   "--clip-frames", "4", "--frames", "10000000", "--interval", "0.1", "--max-time", "1",
+                   "--workdir", str(tmp_path / "w"), "--json", str(out))
+    j = json.loads(out.read_text())
+    assert res.returncode == 1 and j["stopped_at_max_time"] and 0 < j["frames"] < 10000000
+    assert "only" in res.stdout
+
+
+def test_growth_fit():
+    gl = load_script("gpu-load")
+    xs = list(range(0, 100001, 5000))
+    # 1 MiB per 1000 frames after a warm-up jump in the first 10%: the jump is left out
+    ys = [100.0 + (400 if x >= 5000 else 0) + x / 1000 for x in xs]
+    f = gl.growth(xs, ys, warmup=10000)
+    assert f["slope_mib_per_10k_frames"] == pytest.approx(10.0)
+    assert f["fitted_rise_mib"] == pytest.approx(90.0) and f["from_frame"] == 10000
+    flat = gl.growth(xs, [200.0 + (x // 5000) % 2 for x in xs], warmup=10000)
+    assert abs(flat["fitted_rise_mib"]) < 1
+    assert gl.growth([0, 1], [1.0, 2.0], warmup=0) is None          # too few samples to fit
+    assert gl.growth(xs, [None] * len(xs), warmup=0) is None          # nothing sampled
+
+
+def test_frames_at_interpolates_progress():
+    gl = load_script("gpu-load")
+    progress = [(1.0, 0), (2.0, 10), (3.0, 30)]
+    assert gl.frames_at(progress, 0.5) == 0
+    assert gl.frames_at(progress, 1.5) == 5
+    assert gl.frames_at(progress, 2.5) == 20
+    assert gl.frames_at(progress, 9.0) == 30
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--ks", "0,4"], "at least 1"),
+    (["--ks", "a"], "comma-separated integers"),
+    (["--variants", "gpu,nosuch"], "unknown variant(s) nosuch"),
+    (["--diag-build", "nope"], "--diag-build nope: not one of"),
+])
+def test_load_usage_errors(ffmpeg_dir: Path, clip: Path, args: list[str], message: str):
+    res = gpu_load("load", "--ffmpeg", str(ffmpeg_dir), "--clip", str(clip), "--format", FMT, *args)
+    assert res.returncode == 2 and message in res.stderr
+
+
+def test_missing_build_is_a_usage_error(tmp_path: Path, clip: Path):
+    res = gpu_load("soak", "--ffmpeg", f"x={tmp_path}", "--clip", str(clip), "--format", FMT)
+    assert res.returncode == 2 and "no " in res.stderr and "bin/ffmpeg" in res.stderr
