@@ -104,7 +104,7 @@ def test_bench_file_modes(tmp_path):
     if not (ffdir / "bin" / "ffmpeg").exists():
         pytest.skip("no FFmpeg build; run ./scripts/setup")
     out = tmp_path / "bench.json"
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench"), "--ffmpeg", str(ffdir),
+    proc = subprocess.run([sys.executable, str(REPO / "tools" / "gpu" / "bench"), "--ffmpeg", str(ffdir),
                            "--quick", "--clips", "q-4444-alpha", "--modes", "py-file,py-file-pyav",
                            "--json", str(out)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
