@@ -44,7 +44,10 @@ PICTURE_ERRORS = ("invalid frame header", "error, wrong header size", "unsupport
                   "error, wrong slice data size", "error, slice out of bounds", "error wrong mb count",
                   "error decoding picture header")
 
-HW = ["-init_hw_device", "vulkan=vk:0", "-hwaccel", "vulkan", "-hwaccel_output_format", "vulkan"]
+
+
+def hw_args(device: str = "0") -> list[str]:
+    return ["-init_hw_device", f"vulkan=vk:{device}", "-hwaccel", "vulkan", "-hwaccel_output_format", "vulkan"]
 
 
 @dataclass
@@ -77,13 +80,13 @@ def _pix_fmt(path: Path) -> str:
 
 
 def decode(ffmpeg: Path, path: Path, pts: list[int], vulkan: bool, mode: str = "all",
-           env: dict | None = None, timeout: float = 600) -> Run:
+           env: dict | None = None, timeout: float = 600, device: str = "0") -> Run:
     """Decode ``path``, whose packets have the timestamps ``pts``
     (:func:`packet_pts`), with ``ffmpeg``: software with one thread, or the
     Vulkan hwaccel (frame threads; frames downloaded)."""
     args = [str(ffmpeg), "-hide_banner", "-nostdin", "-v", "info", "-debug_ts", *MODES[mode]]
     if vulkan:
-        args += [*HW, "-i", str(path), "-vf", f"hwdownload,format={_pix_fmt(path)}"]
+        args += [*hw_args(device), "-i", str(path), "-vf", f"hwdownload,format={_pix_fmt(path)}"]
     else:
         args += ["-threads", "1", "-i", str(path)]
     args += ["-fps_mode", "passthrough", "-f", "framemd5", "-"]
@@ -144,16 +147,23 @@ def main() -> int:
     ap.add_argument("--build", action="append", type=Path,
                     help="an FFmpeg install (DIR/bin/ffmpeg); default build/ffmpeg and build/ffmpeg-9.0.2. "
                          "The first one's software decoder is the reference")
+    ap.add_argument("--device", default="0", help="Vulkan device (index or name; default 0)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     builds = args.build or [p for p in (REPO / "build" / "ffmpeg", REPO / "build" / "ffmpeg-9.0.2") if p.exists()]
-    env = dict(os.environ)
+    def env(build: Path) -> dict:
+        """Each build with its own libraries (packed builds: scripts/gpu-run exports the first's)."""
+        e = dict(os.environ)
+        e["LD_LIBRARY_PATH"] = os.pathsep.join(x for x in (str(build / "lib"), e.get("LD_LIBRARY_PATH")) if x)
+        return e
+
     report, failed = [], False
     for path in args.files:
         pts = packet_pts(path)
         n = len(pts)
-        ref = decode(builds[0] / "bin" / "ffmpeg", path, pts, vulkan=False, env=env)
-        runs = [decode(b / "bin" / "ffmpeg", path, pts, vulkan=True, mode=m, env=env) for b in builds for m in MODES]
+        ref = decode(builds[0] / "bin" / "ffmpeg", path, pts, vulkan=False, env=env(builds[0]))
+        runs = [decode(b / "bin" / "ffmpeg", path, pts, vulkan=True, mode=m, env=env(b), device=args.device)
+                for b in builds for m in MODES]
         item = {"file": str(path), "reference": {**asdict(ref), "stderr": None}, "runs": []}
         if not args.json:
             print(f"{path.name}: {n} frames; reference (software, 1 thread): "
