@@ -113,7 +113,8 @@ def decode(ffmpeg: Path, path: Path, pts: list[int], vulkan: bool, mode: str = "
             md5[frame_of[int(r[1])]] = r[-1].strip()
     errors = {e: res.stderr.count(e) for e in PICTURE_ERRORS if e in res.stderr}
     tail = "\n".join(res.stderr.splitlines()[-30:])
-    if len(seen) != len(rows) or len(set(seen)) != len(seen) or not set(seen) <= set(frame_of):
+    if res.returncode >= 0 and (len(seen) != len(rows) or len(set(seen)) != len(seen)
+                                or not set(seen) <= set(frame_of)):
         raise RuntimeError(f"{path}: frames {seen[:40]} decoded, {len(rows)} in the framemd5 output, "
                            f"packets {pts[:40]}:\n{tail}")
     return Run(str(ffmpeg), vulkan, mode, res.returncode, outcomes, md5, errors, tail, res.stderr)
@@ -123,8 +124,9 @@ def differences(ref: Run, run: Run, content: list[bool] | None = None) -> list[s
     """What ``run`` does otherwise than ``ref``: outcomes per frame, error
     messages, and the samples of frames both output intact (where
     ``content`` says they are defined)."""
-    out = [f"frame {i}: {a} on the reference, {b} here"
-           for i, (a, b) in enumerate(zip(ref.outcomes, run.outcomes)) if a != b]
+    out = [f"ffmpeg died of signal {-run.returncode}"] if run.returncode < 0 else []
+    out += [f"frame {i}: {a} on the reference, {b} here"
+            for i, (a, b) in enumerate(zip(ref.outcomes, run.outcomes)) if a != b]
     if ref.errors != run.errors:
         out.append(f"picture errors logged: reference {ref.errors}, here {run.errors}")
     for i, (a, b) in enumerate(zip(ref.md5, run.md5)):
