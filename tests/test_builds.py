@@ -228,9 +228,8 @@ def test_concealment_tests_pass_on_the_other_build(other_build):
     """tests/test_concealment.py (the ffmpeg command line with each -err_detect mode and
     frame threads, both backends' per-slice reports, compare and inspect),
     tests/test_regressions.py (the conceal-* inputs with the slices each backend must
-    name; on_ffmpeg says what 9.0 decodes otherwise) and tests/test_refusals.py (the
-    refuse-* streams: frames out, flagged and refused as by the software decoder) on
-    the other build, as on the default."""
+    name) and tests/test_refusals.py (the refuse-* streams: frames out, flagged and
+    refused as by the software decoder) on the other build, as on the default."""
     if not _reports_damage(other_build):
         pytest.skip(f"the series of build {BUILD} does not report damaged slices")
     env = dict(os.environ)
