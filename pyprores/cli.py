@@ -177,8 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "manifests, raw .bin packets; default: a built-in seed set) and decode "
                                     "every mutant with the software decoder and the Vulkan hwaccel in child "
                                     "processes. Exit 1 on any crash, hang, validation message, sanitizer "
-                                    "report, slice-isolation failure or damage disagreement (the two decoders "
-                                    "flagging different frames as damaged). See docs/ROBUSTNESS.md.")
+                                    "report, slice-isolation failure or damage disagreement (a mutant the two "
+                                    "decoders output, flag or refuse differently). See docs/ROBUSTNESS.md.")
     fz.add_argument("inputs", nargs="*", metavar="INPUT")
     fz.add_argument("--seed", type=_non_negative, default=1, help="run seed (default 1)")
     fz.add_argument("--count", type=_non_negative, default=None, metavar="N",

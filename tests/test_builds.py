@@ -237,9 +237,10 @@ def _reports_damage(info: dict) -> bool:
 
 def test_concealment_tests_pass_on_the_other_build(other_build):
     """tests/test_concealment.py (the ffmpeg command line with each -err_detect mode and
-    frame threads, both backends' per-slice reports, compare and inspect) and
+    frame threads, both backends' per-slice reports, compare and inspect),
     tests/test_regressions.py (the conceal-* inputs with the slices each backend must
-    name; on_ffmpeg says what 9.0 decodes otherwise) on the other build, as on the default."""
+    name) and tests/test_refusals.py (the refuse-* streams: frames out, flagged and
+    refused as by the software decoder) on the other build, as on the default."""
     BUILD = other_build["name"]
     if not _reports_damage(other_build):
         pytest.skip(f"the series of build {BUILD} does not report damaged slices")
@@ -247,7 +248,7 @@ def test_concealment_tests_pass_on_the_other_build(other_build):
     env.pop(builds.ENV_NATIVE_DIR, None)
     env[builds.ENV_BUILD] = BUILD
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "tests/test_concealment.py", "tests/test_regressions.py"],
+                          "tests/test_concealment.py", "tests/test_regressions.py", "tests/test_refusals.py"],
                          capture_output=True, text=True, timeout=900, cwd=REPO, env=env)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     assert " passed" in res.stdout and " skipped" not in res.stdout, res.stdout[-2000:]

@@ -19,6 +19,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -32,6 +33,7 @@ from pyprores.cli import main as cli_main
 HAS_VK = native.available() and native.has_hwaccel("vulkan")
 VALIDATE = os.environ.get("PYPRORES_VALIDATION") == "1"
 BACKENDS = fuzz.BACKENDS if HAS_VK else ("software",)
+REGRESSIONS = Path(__file__).resolve().parent / "data" / "regressions"
 CI_SEED = 20261122
 CI_COUNT = 300
 
@@ -185,14 +187,49 @@ def test_ci_run_slice_isolation(ci_run):
 
 @pytest.mark.skipif(not HAS_VK, reason="this FFmpeg build has no prores_vulkan hwaccel")
 def test_ci_run_damage_agreement(ci_run):
-    """Issue 19: a mutant is damaged (flagged corrupt, or refused) on both
-    decoders or on neither; where both flag it corrupt, both name the same
-    concealed slices."""
+    """Issues 19 and 35: a mutant has the same outcome on both decoders (out
+    intact, out flagged corrupt, or refused); where both flag it corrupt, both
+    name the same concealed slices."""
     d = ci_run.damage
     assert d["checked"] >= CI_COUNT * 9 // 10, d
     assert d.get("disagree", 0) == 0, _findings(ci_run, ("damage",))[:5]
     assert d["slice_sets_checked"] >= CI_COUNT // 10, d
     assert d["slice_sets_equal"] == d["slice_sets_checked"], _findings(ci_run, ("slices",))[:5]
+
+
+def test_damage_oracle_counts_a_refusal_against_a_frame_out(tmp_path):
+    """Issue 35: a frame one decoder refuses and the other outputs, flagged or
+    not, is a disagreement (the oracle used to call a refusal and a flagged
+    frame alike); only the same outcome on both is agreement."""
+    fz = fuzz.Fuzzer(fuzz.FuzzConfig(count=0), [], tmp_path)
+    m = fuzz.Mutant(0, "seed", "apch", "index_entry", "index[4] 0xffff", b"")
+    pairs = [("error", "corrupt", False), ("corrupt", "error", False), ("error", "ok", False),
+             ("ok", "corrupt", False), ("ok", "ok", True), ("corrupt", "corrupt", True), ("error", "error", True)]
+    for i, (sw, vk, _) in enumerate(pairs):
+        assert fuzz.damage_agrees(sw, vk) == pairs[i][2]
+        fz._damage(i, m, fuzz.Reply(sw), fuzz.Reply(vk))
+    assert (fz.damage["checked"], fz.damage["agree"], fz.damage["disagree"]) == (7, 3, 4)
+    assert [f.index for f in fz.findings if f.kind == "damage"] == [i for i, p in enumerate(pairs) if not p[2]]
+
+
+@pytest.mark.skipif(not HAS_VK, reason="this FFmpeg build has no prores_vulkan hwaccel")
+def test_known_refusal_agrees_through_the_oracle(tmp_path):
+    """Issue 35's packet (a slice index entry of 0xffff) through both fuzz
+    workers and the oracle: the software decoder refuses it, and so must the
+    hwaccel. On the 7.1.5 series before the fix the hwaccel output it
+    flagged, which this counts as a disagreement."""
+    data = (REGRESSIONS / "refuse-index-ffff-hq422-72x40.bin").read_bytes()
+    fz = fuzz.Fuzzer(fuzz.FuzzConfig(count=0, validation=False), [], tmp_path)
+    m = fuzz.Mutant(0, "refuse-index-ffff", "apch", "index_entry", "index[4] 0xffff", data)
+    try:
+        for w in fz.workers.values():
+            w.start()
+        sw, vk = (fz._decode(b, m, planes=False) for b in ("software", "vulkan"))
+        fz._damage(0, m, sw, vk)
+    finally:
+        fz.close()
+    assert sw.status == "error", sw
+    assert dict(fz.damage) == {"checked": 1, "agree": 1}, (vk.status, vk.message)
 
 
 def test_ci_run_summary(ci_run, tmp_path):

@@ -121,6 +121,18 @@ def test_dry_run_load_and_soak_steps(pack: Path, tmp_path: Path):
     assert "split the steps over several calls" in res.stdout      # 480 + 330 s: two calls
 
 
+def test_dry_run_refusals_step(pack: Path):
+    """Issue 35: the refusal streams through several builds in one run, the
+    first one's software decoder the reference."""
+    res = gpu_run("--pack", str(pack), "--dry-run", "--device", "1", "refusals@ff10,ff13", "refusals")
+    assert res.returncode == 0, res.stderr
+    steps = [l for l in res.stdout.splitlines() if l.startswith("step ")]
+    assert [s.split(":")[0] for s in steps] == ["step refusals ff10 ff13", "step refusals ff13"]
+    assert "timeout 180 s" in steps[0]
+    assert (f"tests/tools/compare_refusals.py --device 1 --build {pack}/ff10 --build {pack}/ff13 "
+            "tests/data/regressions/refuse-*.mov") in res.stdout
+
+
 def test_missing_pack_and_out(pack: Path, tmp_path: Path):
     res = gpu_run("--pack", str(tmp_path / "none"), "check")
     assert res.returncode == 2 and "run tools/gpu/gpu-pack" in res.stderr
@@ -132,7 +144,7 @@ def test_help_lists_the_steps():
     res = gpu_run("--help")
     assert res.returncode == 0
     for step in ("check@B", "startup@B", "bench@B", "conformance@B", "fuzz-gpu@B", "ab@A,B", "memory@B", "cluster@B",
-                 "load@B[,B...]", "soak@B"):
+                 "load@B[,B...]", "soak@B", "refusals@B"):
         assert step in res.stdout
 
 

@@ -20,10 +20,13 @@ single-slice mutant is decoded through the slice-submission API and must
 leave every other slice of the frame exactly as the unmodified packet
 decodes (*slice isolation*).
 
-Both decoders must also agree on which frames are damaged (*damage
-agreement*): a mutant that one backend decodes cleanly (``ok``) must not be
-flagged corrupt or refused by the other. Where both flag a frame corrupt,
-the slices each concealed are compared too (reported, not a failure: see
+Both decoders must also give each mutant the same outcome (*damage
+agreement*): the frame out intact (``ok``), out and flagged corrupt
+(``corrupt``), or refused (``error``), with the software decoder on one
+thread as the reference. A frame one decoder refuses and the other
+outputs, flagged or not, is a disagreement: a different number of frames
+from the same file (issue 35). Where both flag a frame corrupt, the slices
+each concealed are compared too (reported, not a failure: see
 docs/ROBUSTNESS.md).
 
 Counted per backend: mutants, clean decodes, frames flagged corrupt, clean
@@ -81,6 +84,14 @@ SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime e
 
 #: clean outcomes of one decode; anything else is a finding
 CLEAN = ("ok", "corrupt", "error")
+
+
+def damage_agrees(reference: str, candidate: str) -> bool:
+    """Do two clean outcomes (:data:`CLEAN`) of one packet agree? Only when
+    they are the same: a frame out unflagged, out flagged corrupt, or
+    refused. A refusal against a frame out, flagged or not, is a
+    disagreement (a different number of frames from the same file)."""
+    return reference == candidate
 
 
 # ================================================================== seeds
@@ -917,12 +928,14 @@ class Fuzzer:
             self._finding("isolation", backend, index, m, "; ".join(bad[:4]))
 
     def _damage(self, index: int, m: Mutant, sw: Reply, vk: Reply) -> None:
-        """Do both decoders call the frame damaged (corrupt or refused), or
-        both clean? Crashes and hangs are findings of their own."""
+        """Do both decoders output the frame with the same flag, or both
+        refuse it (:func:`damage_agrees`; the software worker decodes with
+        one thread, the reference)? Crashes and hangs are findings of their
+        own."""
         if sw.status not in CLEAN or vk.status not in CLEAN:
             return
         self.damage["checked"] += 1
-        if (sw.status == "ok") != (vk.status == "ok"):
+        if not damage_agrees(sw.status, vk.status):
             self.damage["disagree"] += 1
             self._finding("damage", "vulkan", index, m,
                           f"software {sw.status}, vulkan {vk.status}: {(sw.message or vk.message)[:300]}")
@@ -1207,8 +1220,8 @@ def format_damage(report: FuzzReport) -> str:
     d = report.damage
     if not d.get("checked"):
         return ""
-    line = (f"Damage agreement: {d.get('agree', 0)} of {d['checked']} mutants flagged alike "
-            f"(both clean, or both corrupt or refused), {d.get('disagree', 0)} not")
+    line = (f"Damage agreement: {d.get('agree', 0)} of {d['checked']} mutants alike "
+            f"(both clean, both flagged corrupt, or both refused), {d.get('disagree', 0)} not")
     if d.get("slice_sets_checked"):
         line += (f"; of {d['slice_sets_checked']} frames both flagged corrupt, "
                  f"{d.get('slice_sets_equal', 0)} with the same concealed slices")
