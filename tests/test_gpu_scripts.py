@@ -185,3 +185,16 @@ def test_pack_copies_external_libraries(tmp_path: Path):
     assert (out / "extlib" / "libext.so.1").is_file()
     link = out / "ff" / "lib" / "libext.so.1"
     assert link.is_symlink() and link.resolve() == (out / "extlib" / "libext.so.1").resolve()
+
+
+def test_run_unpacks_xz_builds(pack: Path):
+    """gpu-pack --xz leaves the builds in builds.tar.xz: gpu-run unpacks it before planning."""
+    import tarfile
+    with tarfile.open(pack / "builds.tar.xz", "w:xz") as tar:
+        for name in ("ff13", "ff10"):
+            tar.add(pack / name, arcname=name)
+            shutil.rmtree(pack / name)
+    res = gpu_run("--pack", str(pack), "--dry-run", "check@ff10")
+    assert res.returncode == 0, res.stderr
+    assert "step check ff10" in res.stdout
+    assert (pack / "ff10" / "bin" / "ffmpeg").is_file() and not (pack / "builds.tar.xz").exists()
