@@ -152,7 +152,7 @@ def test_dry_run_workflow_step(pack: Path):
                   "--workflow-args", "--jobs h264", "workflow@ff13,ff10")
     assert res.returncode == 0, res.stderr
     assert "step workflow ff13 ff10: timeout 420 s" in res.stdout
-    assert (f"LD_LIBRARY_PATH={pack}/extlib python3 scripts/workflow --ffmpeg ff13={pack}/ff13 "
+    assert (f"LD_LIBRARY_PATH={pack}/ff13/lib:{pack}/extlib python3 scripts/workflow --ffmpeg ff13={pack}/ff13 "
             f"--ffmpeg ff10={pack}/ff10 --device 0 --frames 48" in res.stdout)
     assert "--jobs h264" in res.stdout
 
