@@ -169,3 +169,57 @@ def test_set_runpath_makes_a_binary_relocatable(tmp_path: Path):
     dyn = subprocess.run(["readelf", "-d", str(exe)], capture_output=True, text=True, check=True).stdout
     assert "[$ORIGIN/../lib]" in dyn and old not in dyn
     assert subprocess.run([str(exe)], capture_output=True, text=True).stdout == "hello\n"
+
+
+def test_dry_run_workflow_step(pack: Path):
+    """workflow@A,B: one tools/gpu/workflow run naming both builds, with the libraries of extlib."""
+    res = gpu_run("--pack", str(pack), "--dry-run", "--workflow-frames", "48",
+                  "--workflow-args", "--jobs h264", "workflow@ff13,ff10")
+    assert res.returncode == 0, res.stderr
+    assert "step workflow ff13 ff10: timeout 420 s" in res.stdout
+    assert (f"LD_LIBRARY_PATH={pack}/ff13/lib:{pack}/extlib python3 tools/gpu/workflow --ffmpeg ff13={pack}/ff13 "
+            f"--ffmpeg ff10={pack}/ff10 --device 0 --frames 48" in res.stdout)
+    assert "--jobs h264" in res.stdout
+
+
+def test_pack_copies_external_libraries(tmp_path: Path):
+    """A build linking a library outside itself: gpu-pack copies it into extlib/ and links it
+    from the build's lib/ (what the user build's libx264 ... need on the GPU machine)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc or not shutil.which("ldd"):
+        pytest.skip("needs cc and ldd")
+    gp = load_script("gpu-pack")
+    ext = tmp_path / "sys"
+    ext.mkdir()
+    (tmp_path / "e.c").write_text("int ext_answer(void) { return 42; }\n")
+    subprocess.run([cc, "-shared", "-fPIC", "-Wl,-soname,libext.so.1", "-o", str(ext / "libext.so.1"),
+                    str(tmp_path / "e.c")], check=True)
+    os.symlink("libext.so.1", ext / "libext.so")
+    build = tmp_path / "build"
+    (build / "bin").mkdir(parents=True)
+    (build / "lib").mkdir()
+    (tmp_path / "m.c").write_text("int ext_answer(void);\nint main(void) { return ext_answer() == 42 ? 0 : 1; }\n")
+    for exe in ("ffmpeg", "ffprobe"):
+        subprocess.run([cc, "-o", str(build / "bin" / exe), str(tmp_path / "m.c"), f"-L{ext}", "-lext",
+                        f"-Wl,-rpath,{ext}"], check=True)
+    out = tmp_path / "gpu"
+    (out / "ff").mkdir(parents=True)
+    (out / "ff" / "lib").mkdir()
+    assert [p.name for p in gp.external_libs(build)] == ["libext.so.1"]
+    assert gp.pack_external(build, out / "ff", out) == 1
+    assert (out / "extlib" / "libext.so.1").is_file()
+    link = out / "ff" / "lib" / "libext.so.1"
+    assert link.is_symlink() and link.resolve() == (out / "extlib" / "libext.so.1").resolve()
+
+
+def test_run_unpacks_xz_builds(pack: Path):
+    """gpu-pack --xz leaves the builds in builds.tar.xz: gpu-run unpacks it before planning."""
+    import tarfile
+    with tarfile.open(pack / "builds.tar.xz", "w:xz") as tar:
+        for name in ("ff13", "ff10"):
+            tar.add(pack / name, arcname=name)
+            shutil.rmtree(pack / name)
+    res = gpu_run("--pack", str(pack), "--dry-run", "check@ff10")
+    assert res.returncode == 0, res.stderr
+    assert "step check ff10" in res.stdout
+    assert (pack / "ff10" / "bin" / "ffmpeg").is_file() and not (pack / "builds.tar.xz").exists()

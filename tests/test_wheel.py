@@ -96,6 +96,11 @@ DECODE = textwrap.dedent("""
 """)
 
 
+def wheel_metadata(wheel: Path) -> str:
+    with zipfile.ZipFile(wheel) as z:
+        return z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+
+
 def _clean_env(venv: Path) -> dict[str, str]:
     """A user's environment: nothing pointing into the checkout or its builds."""
     env = {k: v for k, v in os.environ.items()
@@ -124,6 +129,7 @@ def test_wheel_installs_and_decodes(tmp_path, ffmpeg_dir):
     assert any(n.startswith("pyprores/_native") for n in names)
     libs = {n.split("/")[1].split("-")[0] for n in names if n.startswith("pyprores.libs/")}
     assert {"libavcodec", "libavutil", "libavformat"} <= libs, names
+    assert "License-Expression: LGPL-2.1-or-later" in wheel_metadata(wheel)   # no --enable-gpl here
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
@@ -180,3 +186,52 @@ def test_wheel_installs_and_decodes(tmp_path, ffmpeg_dir):
                            "--backend", "software"], cwd=work, env=nodev, capture_output=True, text=True,
                           timeout=600)
     assert soft.returncode == 0, soft.stdout + soft.stderr
+
+
+def test_user_wheel_transcodes(tmp_path):
+    """scripts/build-wheel --user (issue 32): GPL in its metadata, the system libraries of the user
+    build vendored, and its pyprores-ffmpeg, installed in a fresh venv, decodes FFmpeg's MXF sample
+    and Apple's 4444 sample (clean aperture) on the GPU into H.264 and DNxHR."""
+    user = REPO_ROOT / "build" / "ffmpeg-user"
+    mxf = REPO_ROOT.parent / "shared" / "samples" / "fate_Meridian-Apple_ProResProxy-HDR10.mxf"
+    clap = REPO_ROOT.parent / "shared" / "samples" / "fate_prores4444_with_transparency.mov"
+    if not (user / "bin" / "ffmpeg").is_file():
+        pytest.skip("no build/ffmpeg-user (scripts/setup --user)")
+    if not (mxf.is_file() and clap.is_file()):
+        pytest.skip("the samples of ../shared/samples are not here")
+    dist = tmp_path / "dist"
+    build = subprocess.run([str(REPO_ROOT / "scripts" / "build-wheel"), "--user", "--no-setup", "--out", str(dist)],
+                           env={**os.environ, "PYTHON": sys.executable}, capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stdout + build.stderr
+    wheel = Path(build.stdout.strip().splitlines()[-1])
+    meta = wheel_metadata(wheel)
+    assert "License-Expression: GPL-2.0-or-later" in meta and "License-File: LICENSES/GPL-2.0-or-later.txt" in meta
+    libs = {n.split("/")[1].split("-")[0] for n in zipfile.ZipFile(wheel).namelist() if n.startswith("pyprores.libs/")}
+    assert {"libx264", "libx265", "libSvtAv1Enc", "libvpx", "libzimg", "libopus"} <= libs, libs
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = _clean_env(venv)
+    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check",
+                          "--only-binary=:all:", str(wheel)], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    assert pip.returncode == 0, pip.stdout + pip.stderr
+    hw = ["-init_hw_device", "vulkan=vk:0", "-hwaccel", "vulkan", "-hwaccel_output_format", "vulkan"]
+
+    def ff(*args: str) -> None:
+        res = subprocess.run([str(venv / "bin" / "pyprores-ffmpeg"), "-hide_banner", "-nostdin", "-v", "error",
+                              *map(str, args)], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, res.stderr[-3000:]
+
+    def probe(path: str) -> str:
+        return subprocess.run([str(venv / "bin" / "pyprores-ffprobe"), "-v", "error", "-select_streams", "v:0",
+                               "-show_entries", "stream=codec_name,width,height", "-of", "csv=p=0", path],
+                              cwd=work, env=env, capture_output=True, text=True, check=True).stdout.strip().strip(",")
+
+    ff(*hw, "-i", mxf, "-map", "0:v", "-map", "0:a:0", "-vf", "hwdownload,format=yuv422p10le,format=yuv420p",
+       "-c:v", "libx264", "-preset", "ultrafast", "-c:a", "aac", "review.mp4")
+    assert probe("review.mp4") == "h264,1280,720"
+    ff(*hw, "-i", clap, "-map", "0:v", "-map", "0:a", "-vf", "hwdownload,format=yuva444p12le,format=yuv422p10le",
+       "-c:v", "dnxhd", "-profile:v", "dnxhr_hqx", "-c:a", "pcm_s24le", "edit.mxf")
+    assert probe("edit.mxf") == "dnxhd,1888,1062"      # the clean aperture, applied on the GPU
