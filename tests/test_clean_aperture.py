@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT, validation_errors, validation_requested
-from pyprores.clips import Recipe
+from pyprores.corpus.clips import Recipe
 
 APPLE_4444 = REPO_ROOT.parent / "shared" / "samples" / "fate_prores4444_with_transparency.mov"
 HW_GPU = ["-init_hw_device", "vulkan=vk:0", "-hwaccel", "vulkan", "-hwaccel_output_format", "vulkan"]

@@ -36,7 +36,8 @@ from pathlib import Path
 
 import pytest
 
-from pyprores import fuzz, native
+from pyprores import fuzz
+from pyprores.decode import native
 
 DATA = Path(__file__).resolve().parent / "data" / "regressions"
 TOOLS = Path(__file__).resolve().parent / "tools"

@@ -39,7 +39,8 @@ from typing import Callable
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from pyprores import demux, fuzz  # noqa: E402
+from pyprores import fuzz  # noqa: E402
+from pyprores.decode import demux  # noqa: E402
 from pyprores.bitstream import parse_frame  # noqa: E402
 from pyprores.model import FrameInfo  # noqa: E402
 
