@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Union
+from typing import Any, Self, Union
 
 import numpy as np
 
@@ -189,6 +189,27 @@ def set_log_level(level: int) -> None:
     _lib().ppr_set_log_level(int(level))
 
 
+class Closeable:
+    """close() when a ``with`` block is left and when the object is collected (where an
+    error can no longer reach anyone, so it is dropped). Subclasses define close(), which
+    must be idempotent."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
 @dataclass(frozen=True)
 class FileInfo:
     """The ProRes stream of a file, as :class:`FileReader` found it."""
@@ -207,7 +228,7 @@ class FileInfo:
 _FIELD_ORDERS = {0: "unknown", 1: "progressive", 2: "tt", 3: "bb", 4: "tb", 5: "bt"}
 
 
-class FileReader:
+class FileReader(Closeable):
     """A file's ProRes packets, read by this build's libavformat on a thread of
     the C library's own (``ppr_reader``, no GIL), up to ``depth`` packets ahead.
 
@@ -270,20 +291,8 @@ class FileReader:
             ptr, self._ptr = self._ptr, None
             _lib().ppr_reader_close(ptr)
 
-    def __enter__(self) -> "FileReader":
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
-
-
-class Session:
+class Session(Closeable):
     """A decoder on one backend: ``"vulkan"`` (the ProRes Vulkan hwaccel) or
     ``"software"`` (FFmpeg's C decoder). Use it from one thread at a time.
 
@@ -574,18 +583,6 @@ class Session:
         if self._ptr is not None:
             _lib().ppr_close(self._ptr)
             self._ptr = None
-
-    def __enter__(self) -> "Session":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def __repr__(self) -> str:
         if self._ptr is None:

@@ -311,7 +311,7 @@ class DecodedFrame(Frame):
         return int(self.planes["Y"].shape[0])
 
 
-class StreamDecoder:
+class StreamDecoder(native.Closeable):
     """Decode every frame of ``source`` in order; iterate it once.
 
     ``source``: a file path (its ProRes stream is read by the C library with
@@ -850,18 +850,6 @@ class StreamDecoder:
         if self._source is not None:
             self._source.close()
             self._source = None
-
-    def __enter__(self) -> "StreamDecoder":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 def open_decoder(source: str | os.PathLike | PacketSource, backend: str = "vulkan",
