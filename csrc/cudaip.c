@@ -278,17 +278,6 @@ static int has_extension(const AVVulkanDeviceContext *hw, const char *name)
     return 0;
 }
 
-#define VKCHECK(call, what)                                                    \
-    do {                                                                       \
-        VkResult r_ = (call);                                                  \
-        if (r_ != VK_SUCCESS) {                                                \
-            ret = ppr__fail(r_ == VK_ERROR_OUT_OF_HOST_MEMORY ||               \
-                            r_ == VK_ERROR_OUT_OF_DEVICE_MEMORY ?              \
-                            PPR_ENOMEM : PPR_ENODEVICE,                        \
-                            "%s failed (VkResult %d)", what, (int)r_);        \
-            goto fail;                                                         \
-        }                                                                      \
-    } while (0)
 
 #define CUCHECK(call, what)                                                    \
     do {                                                                       \
@@ -392,7 +381,7 @@ int ppr__cuda_create(ppr_cuda **out, AVBufferRef *device, const char *device_nam
         goto fail;
     }
 
-    VKCHECK(c->vk.CreateSemaphore(c->dev, &(VkSemaphoreCreateInfo) {
+    PPR_VKCHECK(c->vk.CreateSemaphore(c->dev, &(VkSemaphoreCreateInfo) {
                 .sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO,
                 .pNext = &(VkSemaphoreTypeCreateInfo) {
                     .sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO,
@@ -404,7 +393,7 @@ int ppr__cuda_create(ppr_cuda **out, AVBufferRef *device, const char *device_nam
                     .initialValue = 0,
                 },
             }, c->alloc, &c->ready), "vkCreateSemaphore (exportable timeline)");
-    VKCHECK(c->vk.GetSemaphoreFdKHR(c->dev, &(VkSemaphoreGetFdInfoKHR) {
+    PPR_VKCHECK(c->vk.GetSemaphoreFdKHR(c->dev, &(VkSemaphoreGetFdInfoKHR) {
                 .sType = VK_STRUCTURE_TYPE_SEMAPHORE_GET_FD_INFO_KHR,
                 .semaphore = c->ready,
                 .handleType = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT,
@@ -536,7 +525,7 @@ ppr_cuda_buffer *ppr_cuda_buffer_new(ppr_cuda *c, size_t size)
     __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
     __atomic_add_fetch(&g_cuda_buffers_live, 1, __ATOMIC_RELAXED);
 
-    VKCHECK(c->vk.CreateBuffer(c->dev, &(VkBufferCreateInfo) {
+    PPR_VKCHECK(c->vk.CreateBuffer(c->dev, &(VkBufferCreateInfo) {
                 .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
                 .pNext = &(VkExternalMemoryBufferCreateInfo) {
                     .sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO,
@@ -556,7 +545,7 @@ ppr_cuda_buffer *ppr_cuda_buffer_new(ppr_cuda *c, size_t size)
         ret = ppr__fail(PPR_ENODEVICE, "the Vulkan device has no device-local memory to export");
         goto fail;
     }
-    VKCHECK(c->vk.AllocateMemory(c->dev, &(VkMemoryAllocateInfo) {
+    PPR_VKCHECK(c->vk.AllocateMemory(c->dev, &(VkMemoryAllocateInfo) {
                 .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
                 .pNext = &(VkExportMemoryAllocateInfo) {
                     .sType = VK_STRUCTURE_TYPE_EXPORT_MEMORY_ALLOCATE_INFO,
@@ -569,8 +558,8 @@ ppr_cuda_buffer *ppr_cuda_buffer_new(ppr_cuda *c, size_t size)
                 .allocationSize = req.size,
                 .memoryTypeIndex = type,
             }, c->alloc, &b->mem), "vkAllocateMemory (exportable)");
-    VKCHECK(c->vk.BindBufferMemory(c->dev, b->buf, b->mem, 0), "vkBindBufferMemory");
-    VKCHECK(c->vk.GetMemoryFdKHR(c->dev, &(VkMemoryGetFdInfoKHR) {
+    PPR_VKCHECK(c->vk.BindBufferMemory(c->dev, b->buf, b->mem, 0), "vkBindBufferMemory");
+    PPR_VKCHECK(c->vk.GetMemoryFdKHR(c->dev, &(VkMemoryGetFdInfoKHR) {
                 .sType = VK_STRUCTURE_TYPE_MEMORY_GET_FD_INFO_KHR,
                 .memory = b->mem,
                 .handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT,
@@ -594,20 +583,8 @@ ppr_cuda_buffer *ppr_cuda_buffer_new(ppr_cuda *c, size_t size)
     g_cu.CtxPopCurrent(&old);
     pushed = 0;
 
-    VKCHECK(c->vk.CreateCommandPool(c->dev, &(VkCommandPoolCreateInfo) {
-                .sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
-                .flags = VK_COMMAND_POOL_CREATE_TRANSIENT_BIT,
-                .queueFamilyIndex = c->qf,
-            }, c->alloc, &b->pool), "vkCreateCommandPool");
-    VKCHECK(c->vk.AllocateCommandBuffers(c->dev, &(VkCommandBufferAllocateInfo) {
-                .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
-                .commandPool = b->pool,
-                .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
-                .commandBufferCount = 1,
-            }, &b->cmd), "vkAllocateCommandBuffers");
-    VKCHECK(c->vk.CreateFence(c->dev, &(VkFenceCreateInfo) {
-                .sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO,
-            }, c->alloc, &b->fence), "vkCreateFence");
+    if ((ret = ppr__vk_copy_init(&c->vk, c->dev, c->alloc, c->qf, &b->pool, &b->cmd, &b->fence)) < 0)
+        goto fail;
     return b;
 
 fail:

@@ -182,17 +182,6 @@ static void destroy(ppr_host_buffer *b)
     free(b);
 }
 
-#define CHECK(call, what)                                                      \
-    do {                                                                       \
-        VkResult r_ = (call);                                                  \
-        if (r_ != VK_SUCCESS) {                                                \
-            ret = ppr__fail(r_ == VK_ERROR_OUT_OF_HOST_MEMORY ||               \
-                            r_ == VK_ERROR_OUT_OF_DEVICE_MEMORY ?              \
-                            PPR_ENOMEM : PPR_ENODEVICE,                        \
-                            "%s failed (VkResult %d)", what, (int)r_);        \
-            goto fail;                                                         \
-        }                                                                      \
-    } while (0)
 
 int ppr__host_buffer_create(ppr_host_buffer **out, AVBufferRef *device, size_t size,
                             void (*release)(void *), void *release_opaque)
@@ -233,7 +222,7 @@ int ppr__host_buffer_create(ppr_host_buffer **out, AVBufferRef *device, size_t s
     /* spread the buffers over the family's queues */
     b->qi = __atomic_fetch_add(&next_queue, 1, __ATOMIC_RELAXED) % (unsigned)nb_queues;
 
-    CHECK(b->vk.CreateBuffer(b->dev, &(VkBufferCreateInfo) {
+    PPR_VKCHECK(b->vk.CreateBuffer(b->dev, &(VkBufferCreateInfo) {
               .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
               .size = size,
               .usage = VK_BUFFER_USAGE_TRANSFER_DST_BIT,
@@ -247,29 +236,17 @@ int ppr__host_buffer_create(ppr_host_buffer **out, AVBufferRef *device, size_t s
         goto fail;
     }
     b->coherent = !!(mprops.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
-    CHECK(b->vk.AllocateMemory(b->dev, &(VkMemoryAllocateInfo) {
+    PPR_VKCHECK(b->vk.AllocateMemory(b->dev, &(VkMemoryAllocateInfo) {
               .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
               .allocationSize = req.size,
               .memoryTypeIndex = type,
           }, b->alloc, &b->mem), "vkAllocateMemory of a host buffer");
-    CHECK(b->vk.BindBufferMemory(b->dev, b->buf, b->mem, 0), "vkBindBufferMemory");
-    CHECK(b->vk.MapMemory(b->dev, b->mem, 0, VK_WHOLE_SIZE, 0, &map), "vkMapMemory");
+    PPR_VKCHECK(b->vk.BindBufferMemory(b->dev, b->buf, b->mem, 0), "vkBindBufferMemory");
+    PPR_VKCHECK(b->vk.MapMemory(b->dev, b->mem, 0, VK_WHOLE_SIZE, 0, &map), "vkMapMemory");
     b->data = map;
 
-    CHECK(b->vk.CreateCommandPool(b->dev, &(VkCommandPoolCreateInfo) {
-              .sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
-              .flags = VK_COMMAND_POOL_CREATE_TRANSIENT_BIT,
-              .queueFamilyIndex = b->qf,
-          }, b->alloc, &b->pool), "vkCreateCommandPool");
-    CHECK(b->vk.AllocateCommandBuffers(b->dev, &(VkCommandBufferAllocateInfo) {
-              .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
-              .commandPool = b->pool,
-              .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
-              .commandBufferCount = 1,
-          }, &b->cmd), "vkAllocateCommandBuffers");
-    CHECK(b->vk.CreateFence(b->dev, &(VkFenceCreateInfo) {
-              .sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO,
-          }, b->alloc, &b->fence), "vkCreateFence");
+    if ((ret = ppr__vk_copy_init(&b->vk, b->dev, b->alloc, b->qf, &b->pool, &b->cmd, &b->fence)) < 0)
+        goto fail;
     b->vk.GetDeviceQueue2(b->dev, &(VkDeviceQueueInfo2) {
         .sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_INFO_2,
 #if LIBAVUTIL_VERSION_MAJOR >= 60
@@ -382,6 +359,29 @@ static int check_planes(const ppr_host_buffer *b, int nb_planes,
  * libavutil does for its own work on hwcontext frames: under lock_frame(),
  * wait for each image's timeline semaphore at its value, signal the next
  * value, and record the layout and access the images are left in. */
+int ppr__vk_copy_init(const host_vk *vk, VkDevice dev, const VkAllocationCallbacks *alloc,
+                      uint32_t qf, VkCommandPool *pool, VkCommandBuffer *cmd, VkFence *fence)
+{
+    int ret = 0;
+
+    PPR_VKCHECK(vk->CreateCommandPool(dev, &(VkCommandPoolCreateInfo) {
+              .sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+              .flags = VK_COMMAND_POOL_CREATE_TRANSIENT_BIT,
+              .queueFamilyIndex = qf,
+          }, alloc, pool), "vkCreateCommandPool");
+    PPR_VKCHECK(vk->AllocateCommandBuffers(dev, &(VkCommandBufferAllocateInfo) {
+              .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+              .commandPool = *pool,
+              .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+              .commandBufferCount = 1,
+          }, cmd), "vkAllocateCommandBuffers");
+    PPR_VKCHECK(vk->CreateFence(dev, &(VkFenceCreateInfo) {
+              .sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO,
+          }, alloc, fence), "vkCreateFence");
+fail:
+    return ret;
+}
+
 int ppr__vk_copy_submit(const ppr__vk_copy *c, AVFrame *frame, const size_t offset[4],
                         const ppr_planes *out)
 {

@@ -72,6 +72,26 @@ typedef struct ppr__vk_copy {
     uint64_t signal_value;
 } ppr__vk_copy;
 
+/* A Vulkan call that must succeed, in a function with `int ret` and a `fail:` label:
+ * out of memory becomes PPR_ENOMEM, anything else PPR_ENODEVICE, with `what` in the message. */
+#define PPR_VKCHECK(call, what)                                                \
+    do {                                                                       \
+        VkResult r_ = (call);                                                  \
+        if (r_ != VK_SUCCESS) {                                                \
+            ret = ppr__fail(r_ == VK_ERROR_OUT_OF_HOST_MEMORY ||               \
+                            r_ == VK_ERROR_OUT_OF_DEVICE_MEMORY ?              \
+                            PPR_ENOMEM : PPR_ENODEVICE,                        \
+                            "%s failed (VkResult %d)", what, (int)r_);        \
+            goto fail;                                                         \
+        }                                                                      \
+    } while (0)
+
+/* What ppr__vk_copy_submit records into: a transient command pool of family qf, one
+ * primary command buffer from it and an unsignalled fence. On failure the handles made
+ * so far are left for the caller to destroy. */
+int ppr__vk_copy_init(const host_vk *vk, VkDevice dev, const VkAllocationCallbacks *alloc,
+                      uint32_t qf, VkCommandPool *pool, VkCommandBuffer *cmd, VkFence *fence);
+
 /* Submit the copy of `frame` (a Vulkan frame of c->dev) into c->buf, plane i
  * at offset[i] with out->plane[i]'s width, height and stride (bytes, even).
  * The caller keeps the frame alive until the fence. */
