@@ -12,22 +12,6 @@
 #define PPR_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else
 #define PPR_PRINTF(a, b)
-/* cudaip.c: the CUDA side of `device` (a Vulkan AVHWDeviceContext; it takes a
- * reference); release(release_opaque) runs when the last holder lets go, or
- * before an error returns. */
-int ppr__cuda_create(ppr_cuda **out, struct AVBufferRef *device, const char *device_name,
-                     void (*release)(void *), void *release_opaque);
-
-/* cudaip.c: submit the copy of `frame` into b at out's planes (device
- * pointers inside the buffer); on success the frame's reference moves into b. */
-int ppr__cuda_download_start(ppr_cuda_buffer *b, struct AVFrame *frame, const ppr_planes *out);
-
-/* A prepared packet (pyprores.c; reader.c makes them too). */
-struct AVPacket;
-struct ppr_packet {
-    struct AVPacket *av;        /* refcounted, padded, pts set */
-};
-
 #endif
 
 /* Record an error message for the calling thread (ppr_last_error(NULL)) and

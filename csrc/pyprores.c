@@ -1939,6 +1939,21 @@ ppr_host_buffer *ppr_host_buffer_new(ppr_session *s, size_t size)
     return b;
 }
 
+/* After a copy into a host or a CUDA buffer was started with the received frame (ret):
+ * the frame's reference moved into the buffer, the damage report into out. */
+static int took_frame(ppr_session *s, ppr_planes *out, int ret)
+{
+    if (ret < 0) {
+        snprintf(s->err, sizeof(s->err), "%s", tls_err);
+        return ret;
+    }
+    copy_damage(out, &s->st_layout);
+    av_frame_unref(s->frame);   /* moved into the buffer already */
+    av_frame_unref(s->swframe);
+    s->st_have = 0;
+    return 0;
+}
+
 int ppr_download_start(ppr_session *s, ppr_host_buffer *b, ppr_planes *out)
 {
     int ret;
@@ -1953,16 +1968,7 @@ int ppr_download_start(ppr_session *s, ppr_host_buffer *b, ppr_planes *out)
                            "ppr_download_frame for a software session"));
     if ((ret = check_layout(s, &s->st_layout, out)) < 0)
         return leave(ret);
-    ret = ppr__host_download_start(b, s->frame, out);
-    if (ret < 0) {
-        snprintf(s->err, sizeof(s->err), "%s", tls_err);
-        return leave(ret);
-    }
-    copy_damage(out, &s->st_layout);
-    av_frame_unref(s->frame);   /* moved into the buffer already */
-    av_frame_unref(s->swframe);
-    s->st_have = 0;
-    return leave(0);
+    return leave(took_frame(s, out, ppr__host_download_start(b, s->frame, out)));
 }
 
 int ppr_cuda_open(ppr_session *s, ppr_cuda **out)
@@ -1998,16 +2004,7 @@ int ppr_cuda_download_start(ppr_session *s, ppr_cuda_buffer *b, ppr_planes *out)
         return leave(sfail(s, PPR_EINVAL, "CUDA buffers take Vulkan frames"));
     if ((ret = check_layout(s, &s->st_layout, out)) < 0)
         return leave(ret);
-    ret = ppr__cuda_download_start(b, s->frame, out);
-    if (ret < 0) {
-        snprintf(s->err, sizeof(s->err), "%s", tls_err);
-        return leave(ret);
-    }
-    copy_damage(out, &s->st_layout);
-    av_frame_unref(s->frame);   /* moved into the buffer already */
-    av_frame_unref(s->swframe);
-    s->st_have = 0;
-    return leave(0);
+    return leave(took_frame(s, out, ppr__cuda_download_start(b, s->frame, out)));
 }
 
 static int g_frames_live;   /* ppr_frame handles not freed (__atomic) */
