@@ -101,6 +101,21 @@ def wheel_metadata(wheel: Path) -> str:
         return z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
 
 
+def _install_in_fresh_venv(wheel: Path, tmp_path: Path) -> tuple[Path, Path, dict]:
+    """A new venv with only the wheel installed (binary wheels only: nothing is compiled on
+    install, no compiler, FFmpeg or Vulkan headers needed), a working directory outside the
+    checkout, and the environment to run its commands in."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = _clean_env(venv)
+    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check",
+                          "--only-binary=:all:", str(wheel)], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    assert pip.returncode == 0, pip.stdout + pip.stderr
+    return venv, work, env
+
+
 def _clean_env(venv: Path) -> dict[str, str]:
     """A user's environment: nothing pointing into the checkout or its builds."""
     env = {k: v for k, v in os.environ.items()
@@ -131,15 +146,7 @@ def test_wheel_installs_and_decodes(tmp_path, ffmpeg_dir):
     assert {"libavcodec", "libavutil", "libavformat"} <= libs, names
     assert "License-Expression: LGPL-2.1-or-later" in wheel_metadata(wheel)   # no --enable-gpl here
 
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    work = tmp_path / "elsewhere"
-    work.mkdir()
-    env = _clean_env(venv)
-    # binary wheels only: nothing is compiled on install (no compiler, FFmpeg or Vulkan headers needed)
-    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check",
-                          "--only-binary=:all:", str(wheel)], cwd=work, env=env, capture_output=True, text=True, timeout=600)
-    assert pip.returncode == 0, pip.stdout + pip.stderr
+    venv, work, env = _install_in_fresh_venv(wheel, tmp_path)
 
     # pyprores compare on the default clips, on lavapipe
     cmp = subprocess.run([str(venv / "bin" / "pyprores"), "compare", "--workdir", "clips", "--json", "-",
@@ -209,14 +216,7 @@ def test_user_wheel_transcodes(tmp_path):
     libs = {n.split("/")[1].split("-")[0] for n in zipfile.ZipFile(wheel).namelist() if n.startswith("pyprores.libs/")}
     assert {"libx264", "libx265", "libSvtAv1Enc", "libvpx", "libzimg", "libopus"} <= libs, libs
 
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    work = tmp_path / "elsewhere"
-    work.mkdir()
-    env = _clean_env(venv)
-    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check",
-                          "--only-binary=:all:", str(wheel)], cwd=work, env=env, capture_output=True, text=True, timeout=600)
-    assert pip.returncode == 0, pip.stdout + pip.stderr
+    venv, work, env = _install_in_fresh_venv(wheel, tmp_path)
     hw = ["-init_hw_device", "vulkan=vk:0", "-hwaccel", "vulkan", "-hwaccel_output_format", "vulkan"]
 
     def ff(*args: str) -> None:
