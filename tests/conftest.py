@@ -37,7 +37,7 @@ TARBALL_NAME = "ffmpeg-7.1.5.tar.xz"
 
 # Validation-layer messages that are not ours: the one list of them, for every test
 # (validation_errors below) and for pyprores.decode.native sessions in tests (exported as
-# PYPRORES_VALIDATION_IGNORE, which csrc/pyprores.c reads on top of its own built-in
+# PYPRORES_VALIDATION_IGNORE, which csrc/log.c reads on top of its own built-in
 # list; tests/test_hwaccel.py checks that the two lists agree). Each one is raised
 # without any ProRes code, by Debian 12's layer (1.3.239) with stock FFmpeg 7.1.5:
 #  - VUID-VkDeviceCreateInfo-pNext-pNext, VUID-VkPhysicalDeviceProperties2-pNext-pNext:
