@@ -11,34 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_script
+from conftest import gpu_run, load_script, write_gpu_pack
 
 REPO = Path(__file__).resolve().parent.parent
-GPU_RUN = REPO / "tools" / "gpu" / "gpu-run"
 GPU_PACK = REPO / "tools" / "gpu" / "gpu-pack"
 
 
 @pytest.fixture
 def pack(tmp_path: Path) -> Path:
     """A packed directory as tools/gpu/gpu-pack leaves it, with stub executables."""
-    root = tmp_path / "gpu"
-    for name in ("ff13", "ff10"):
-        (root / name / "bin").mkdir(parents=True)
-        (root / name / "lib").mkdir()
-        for exe in ("ffmpeg", "ffprobe", "decbench"):
-            p = root / name / "bin" / exe
-            p.write_text("#!/bin/sh\nexit 1\n")
-            p.chmod(0o755)
-        (root / name / "BUILDINFO").write_text("key: abc\npatches:\n  0001-x.patch\nconfigure:\n")
-    (root / "MANIFEST").write_text("ff13\tabc\t18 patches\nff10\tdef\t16 patches\n")
-    return root
-
-
-def gpu_run(*args: str, out: Path | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "OUT"}
-    if out is not None:
-        env["OUT"] = str(out)
-    return subprocess.run(["bash", str(GPU_RUN), *args], capture_output=True, text=True, env=env, timeout=60)
+    return write_gpu_pack(tmp_path / "gpu", {"ff13": "18 patches", "ff10": "16 patches"})
 
 
 def test_dry_run_plans_every_step(pack: Path, tmp_path: Path):
@@ -102,6 +84,24 @@ def test_dry_run_cluster_step(pack: Path):
     assert res.returncode == 0, res.stderr
     assert "step cluster ff13: timeout 540 s" in res.stdout
     assert "tools/gpu/bench-cluster --files 30 --frames 4 --size 1920x1080" in res.stdout
+
+
+@pytest.mark.parametrize("args, planned", [
+    (["bandwidth@ff13", "--bandwidth-args", "--sizes 4096"],
+     ["step bandwidth: timeout 240 s, log $OUT/bandwidth.log",
+      "{pack}/bwprobe/bwprobe --device 0 --reps 20 --progress --json --sizes 4096 > $OUT/bandwidth.json",
+      "total of the step limits: 240 s"]),
+    (["--clips", "q-422hq", "startup"],
+     ["step startup ff13: timeout 180 s",
+      "{pack}/ff13/bin/startprobe --opt {{,limit_queues=4,limit_queues=1}} q-422hq",
+      "{pack}/vktime/libvulkan.so.1"]),
+])
+def test_dry_run_probe_steps(pack: Path, args: list[str], planned: list[str]):
+    """The steps of the C probes (tools/gpu/probes): bwprobe's bandwidths, startprobe under vktime."""
+    res = gpu_run("--pack", str(pack), "--dry-run", *args)
+    assert res.returncode == 0, res.stderr
+    for line in planned:
+        assert line.format(pack=pack) in res.stdout, line
 
 
 def test_dry_run_load_and_soak_steps(pack: Path, tmp_path: Path):

@@ -124,7 +124,7 @@ def test_mxf_to_delivery_format(user_dir, tmp_path, name, out, filters, args, co
 def test_workflow_quick(user_dir, tmp_path):
     """tools/gpu/workflow's jobs on tiny sources: runs, and GPU decoding changes no output byte."""
     out = tmp_path / "workflow.json"
-    res = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "workflow"), "--ffmpeg", f"ours={user_dir}",
+    res = subprocess.run([sys.executable, str(REPO_ROOT / "tools" / "gpu" / "workflow"), "--ffmpeg", f"ours={user_dir}",
                           "--quick", "--modes", "sw,vk", "--jobs", "h264,proxy,dnxhr,tiff", "--workdir", str(tmp_path / "w"),
                           "--json", str(out)], capture_output=True, text=True, timeout=600,
                          env={**os.environ, "PYTHONPATH": ""})
