@@ -27,6 +27,7 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,7 @@ def load_script(name: str):
     loader = importlib.machinery.SourceFileLoader(name.replace("-", "_"), str(GPU_TOOLS / name))
     spec = importlib.util.spec_from_loader(loader.name, loader)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[loader.name] = module     # dataclasses look their module up there
     loader.exec_module(module)
     return module
 
