@@ -1,5 +1,5 @@
-"""Downloads from a discrete GPU, on lavapipe (7.1.5 series patches 17 and 22-24, 9.0.2
-series 17-20).
+"""Downloads from a discrete GPU, on lavapipe (7.1.5 series patches 17 and 22-24 and 27, 9.0.2
+series 17-20, master series topic 4's threaded, banded downloads).
 
 hwcontext_vulkan downloads from a discrete GPU through its staging buffer, recorded in
 bands that threads copy out while the GPU writes the next ones; from lavapipe (a CPU
@@ -11,6 +11,8 @@ and 4 planes included, and the validation layer silent when asked for. FFmpeg 9.
 lavapipe copies on the host with VK_EXT_host_image_copy instead: the layer hides that
 extension (and VK_EXT_shader_object, which Debian 12's validation layer crashes on), and
 the device is opened with avoid_host_import=1, as 9.0.2 does by itself with NVIDIA's driver.
+FFmpeg master (build/ffmpeg-master) is run the same way: its host image copies are unusable
+with NVIDIA's driver for exportable frames, so there too every download takes the staging path.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ CLIPS = {
 }
 FRAMES = 2
 BUILD_9 = REPO_ROOT / "build" / "ffmpeg-9.0.2"
+BUILD_MASTER = REPO_ROOT / "build" / "ffmpeg-master"
 # What FFmpeg 9.0.2 itself gives under Debian 12's layer (1.3.239), pristine and with the
 # series, with and without the download patches alike (same counts per message): pool frames'
 # missed initial layout transition seen by the decoder's descriptors, barriers and clears, an
@@ -86,7 +89,8 @@ def hashes(framemd5: str) -> list[str]:
     return [l.rsplit(",", 1)[-1].strip() for l in framemd5.splitlines() if l and not l.startswith("#")]
 
 
-@pytest.mark.parametrize("build", [pytest.param(None, id="7.1.5"), pytest.param(BUILD_9, id="9.0.2")])
+@pytest.mark.parametrize("build", [pytest.param(None, id="7.1.5"), pytest.param(BUILD_9, id="9.0.2"),
+                                   pytest.param(BUILD_MASTER, id="master")])
 @pytest.mark.parametrize("cpus", [4, 2])
 @pytest.mark.parametrize("name", list(CLIPS))
 def test_discrete_gpu_downloads_are_bit_exact(layer_dir, tmp_path, name, cpus, build):
@@ -117,7 +121,7 @@ def test_discrete_gpu_downloads_are_bit_exact(layer_dir, tmp_path, name, cpus, b
                         capture_output=True, text=True, env=env, timeout=600)
     log = vk.stdout + vk.stderr     # the validation layer writes to stdout
     assert vk.returncode == 0, log[-3000:]
-    # 7.1.5's hwaccel logs its start; 9.0.2's frames could not be downloaded without it
+    # 7.1.5's hwaccel logs its start; 9.0.2's and master's frames could not be downloaded without it
     assert "(discrete)" in log and (nine or "initialised on" in log), log[-3000:]
     got = hashes((tmp_path / "vk.framemd5").read_text())
     assert got == hashes(sw.stdout) and len(got) == FRAMES
@@ -132,13 +136,15 @@ def test_discrete_gpu_downloads_are_bit_exact(layer_dir, tmp_path, name, cpus, b
         assert banded > 0, stats.read_text()    # copied out in bands
 
 
+@pytest.mark.parametrize("build", [pytest.param(BUILD_9, id="9.0.2"), pytest.param(BUILD_MASTER, id="master")])
 @pytest.mark.parametrize("fmt", ["yuv422p10le", "yuva444p12le"])
-def test_round_trips_share_the_staging_pool(layer_dir, tmp_path, fmt):
-    """FFmpeg 9.0.2 takes upload and download staging buffers from one pool (9.0.2 series
-    patch 21): with both directions through it, an hwupload/hwdownload round trip gives
-    back the frames it was given, and no buffer is used for a copy its usage does not
-    allow (VUID-vkCmdCopyImageToBuffer-dstBuffer-00191, -vkCmdCopyBufferToImage-srcBuffer-00174)."""
-    ff = BUILD_9
+def test_round_trips_share_the_staging_pool(layer_dir, tmp_path, fmt, build):
+    """FFmpeg 9.0.2 and master take upload and download staging buffers from one pool (9.0.2
+    series patch 21, master 0014): with both directions through it, an hwupload/hwdownload
+    round trip gives back the frames it was given, and no buffer is used for a copy its usage
+    does not allow (VUID-vkCmdCopyImageToBuffer-dstBuffer-00191,
+    -vkCmdCopyBufferToImage-srcBuffer-00174)."""
+    ff = build
     if not (ff / "bin" / "ffmpeg").is_file():
         if os.environ.get("CI"):
             pytest.fail(f"no FFmpeg build at {ff}")
