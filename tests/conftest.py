@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -102,6 +103,45 @@ def vulkan_env(validate: bool = False) -> dict[str, str]:
     if validate and validation_requested():
         env["VK_LOADER_LAYERS_ENABLE"] = "*validation*"
     return env
+
+
+# What FFmpeg 9.0.2 and master themselves give under Debian 12's layer (1.3.239), pristine and
+# with their series (same counts per message): pool frames' missed initial layout transition seen
+# by the decoder's descriptors, barriers and clears, an ownership acquire from
+# VK_QUEUE_FAMILY_IGNORED with one queue family, and the layer's SPIR-V parser, older than
+# FFmpeg 9's shaders. They are run through the fake_discrete_layer below, with
+# FD_NO_SHADER_OBJECT=1 and FD_NO_HOST_IMAGE_COPY=1: the layer crashes on VK_EXT_shader_object
+# and predates the host-transfer image usage.
+NOISE_FFMPEG9 = ("VUID-VkDescriptorImageInfo-imageLayout-00344", "VUID-vkCmdDispatch-None-02699",
+                 "VUID-VkImageMemoryBarrier2-oldLayout-01197", "VUID-vkCmdClearColorImage-imageLayout-00004",
+                 "UNASSIGNED-VkImageMemoryBarrier-image-00004", "VUID-VkShaderModuleCreateInfo-pCode-04146",
+                 "VUID-VkPipelineShaderStageCreateInfo-module-parameter",
+                 "VUID-VkPipelineShaderStageCreateInfo-pSpecializationInfo-06719")
+
+FAKE_DISCRETE_LAYER = "VK_LAYER_PPR_fake_discrete"
+
+
+@pytest.fixture(scope="session")
+def fake_discrete_layer(tmp_path_factory) -> Path:
+    """The directory of tests/tools/vk_fake_discrete.c built as a layer (VK_ADD_LAYER_PATH):
+    every device reports a discrete GPU; FD_NO_HOST_IMAGE_COPY, FD_NO_SHADER_OBJECT and
+    FD_NO_HOST_MEMORY hide those extensions, FD_STATS=FILE counts the copies."""
+    cc = c_compiler()
+    inc = load_script("gpu-pack").vulkan_include()     # the headers gpu-pack builds its tools with
+    d = tmp_path_factory.mktemp("fake-discrete")
+    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-I", str(inc),
+                    "-o", str(d / "libVkLayer_PPR_fake_discrete.so"),
+                    str(REPO_ROOT / "tests" / "tools" / "vk_fake_discrete.c"), "-lpthread"],
+                   check=True, capture_output=True, text=True)
+    (d / "VkLayer_PPR_fake_discrete.json").write_text(json.dumps({
+        "file_format_version": "1.1.2",
+        "layer": {"name": FAKE_DISCRETE_LAYER, "type": "GLOBAL",
+                  "library_path": "./libVkLayer_PPR_fake_discrete.so",
+                  "api_version": "1.3.0", "implementation_version": "1",
+                  "description": "test only: every device reports a discrete GPU",
+                  "functions": {"vkGetInstanceProcAddr": "fd_GetInstanceProcAddr",
+                                "vkGetDeviceProcAddr": "fd_GetDeviceProcAddr"}}}))
+    return d
 
 
 def validation_errors(stderr: str, ignore: tuple[str, ...] = KNOWN_LAYER_NOISE) -> list[str]:

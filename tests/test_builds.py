@@ -254,6 +254,26 @@ def test_concealment_tests_pass_on_the_other_build(other_build):
     assert " passed" in res.stdout and " skipped" not in res.stdout, res.stdout[-2000:]
 
 
+CROP_VULKAN = "crop-Vulkan-frames-with-crop_v"
+
+
+def test_clean_aperture_tests_pass_on_the_other_build(other_build):
+    """tests/test_clean_aperture.py (the container's clean aperture on GPU-resident frames:
+    ffmpeg inserts crop_vulkan, the picture equals software decoding's; issue 32) on the
+    other build, for a series that has it (the master series' topic 6-crop)."""
+    BUILD = other_build["name"]
+    if not any(CROP_VULKAN in p for p in other_build["series"]):
+        pytest.skip(f"the series of build {BUILD} does not crop Vulkan frames")
+    env = dict(os.environ)
+    env.pop(builds.ENV_NATIVE_DIR, None)
+    env[builds.ENV_BUILD] = BUILD
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "tests/test_clean_aperture.py"],
+                         capture_output=True, text=True, timeout=900, cwd=REPO, env=env)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    assert " passed" in res.stdout and " failed" not in res.stdout, res.stdout[-2000:]
+
+
 def test_fuzz_damage_agreement_on_the_other_build(other_build, tmp_path):
     """pyprores --build NAME fuzz: no crash or hang (9.0.2 patch 13: a frame that failed
     once crashed the next one, finding 9 of docs/ROBUSTNESS.md), both decoders call the

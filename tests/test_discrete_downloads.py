@@ -1,22 +1,23 @@
-"""Downloads from a discrete GPU, on lavapipe (7.1.5 series patches 16-17 and 22-24, 9.0.2
-series patches 14-15).
+"""Downloads from a discrete GPU, on lavapipe (7.1.5 series patches 16-17, 22-24 and 27, the
+9.0.2 backport's 14-15, master series topic 4's threaded, banded downloads).
 
 hwcontext_vulkan downloads from a discrete GPU through its staging buffer, recorded in
 bands that threads copy out while the GPU writes the next ones; from lavapipe (a CPU
 device) it imports the destination instead, so CI would never run that code. A test-only
 layer (tests/tools/vk_fake_discrete.c) reports lavapipe as a discrete GPU: the ProRes
 hwaccel's frames downloaded with `-vf hwdownload` must then equal the software decoder's,
-frame for frame, odd sizes and 4 planes included, with the 7.1.5 build's download really
+frame for frame, odd sizes and 4 planes included, with the 7.1.5 and master builds' downloads really
 banded (the layer counts the copies; the 9.0.2 backport has no banded downloads), and the
 validation layer silent when asked for. FFmpeg 9.0.2 on
 lavapipe copies on the host with VK_EXT_host_image_copy instead: the layer hides that
 extension (and VK_EXT_shader_object, which Debian 12's validation layer crashes on), and
 the device is opened with avoid_host_import=1, as 9.0.2 does by itself with NVIDIA's driver.
+FFmpeg master (build/ffmpeg-master) is run the same way: its host image copies are unusable
+with NVIDIA's driver for exportable frames, so there too every download takes the staging path.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -24,10 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (KNOWN_LAYER_NOISE, REPO_ROOT, c_compiler, ffmpeg_dir_path, load_script,
+from conftest import (FAKE_DISCRETE_LAYER, KNOWN_LAYER_NOISE, NOISE_FFMPEG9, REPO_ROOT, ffmpeg_dir_path,
                       validation_messages, vulkan_env)
-
-LAYER = "VK_LAYER_PPR_fake_discrete"
 
 # name: size, prores_ks profile, input and output formats, encoder options
 CLIPS = {
@@ -38,38 +37,7 @@ CLIPS = {
 }
 FRAMES = 2
 BUILD_9 = REPO_ROOT / "build" / "ffmpeg-9.0.2"
-# What FFmpeg 9.0.2 itself gives under Debian 12's layer (1.3.239), pristine and with the
-# series, with and without the download patches alike (same counts per message): pool frames'
-# missed initial layout transition seen by the decoder's descriptors, barriers and clears, an
-# ownership acquire from VK_QUEUE_FAMILY_IGNORED with one queue family, and the layer's SPIR-V
-# parser, older than FFmpeg 9's shaders
-NOISE_9 = ("VUID-VkDescriptorImageInfo-imageLayout-00344", "VUID-vkCmdDispatch-None-02699",
-           "VUID-VkImageMemoryBarrier2-oldLayout-01197", "VUID-vkCmdClearColorImage-imageLayout-00004",
-           "UNASSIGNED-VkImageMemoryBarrier-image-00004", "VUID-VkShaderModuleCreateInfo-pCode-04146",
-           "VUID-VkPipelineShaderStageCreateInfo-module-parameter",
-           "VUID-VkPipelineShaderStageCreateInfo-pSpecializationInfo-06719")
-
-
-@pytest.fixture(scope="module")
-def layer_dir(tmp_path_factory) -> Path:
-    cc = c_compiler()
-    inc = load_script("gpu-pack").vulkan_include()     # the headers gpu-pack builds its tools with
-    d = tmp_path_factory.mktemp("fake-discrete")
-    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-I", str(inc),
-                    "-o", str(d / "libVkLayer_PPR_fake_discrete.so"),
-                    str(REPO_ROOT / "tests" / "tools" / "vk_fake_discrete.c"), "-lpthread"],
-                   check=True, capture_output=True, text=True)
-    (d / "VkLayer_PPR_fake_discrete.json").write_text(json.dumps({
-        "file_format_version": "1.1.2",
-        "layer": {"name": LAYER, "type": "GLOBAL",
-                  "library_path": "./libVkLayer_PPR_fake_discrete.so",
-                  "api_version": "1.3.0", "implementation_version": "1",
-                  "description": "test only: every device reports a discrete GPU",
-                  "functions": {"vkGetInstanceProcAddr": "fd_GetInstanceProcAddr",
-                                "vkGetDeviceProcAddr": "fd_GetDeviceProcAddr"}}}))
-    return d
-
-
+BUILD_MASTER = REPO_ROOT / "build" / "ffmpeg-master"
 def make_clip(ffmpeg: Path, name: str, d: Path) -> Path:
     size, profile, pin, _, extra = CLIPS[name]
     w, h = (int(v) for v in size.split("x"))
@@ -87,10 +55,11 @@ def hashes(framemd5: str) -> list[str]:
     return [l.rsplit(",", 1)[-1].strip() for l in framemd5.splitlines() if l and not l.startswith("#")]
 
 
-@pytest.mark.parametrize("build", [pytest.param(None, id="7.1.5"), pytest.param(BUILD_9, id="9.0.2")])
+@pytest.mark.parametrize("build", [pytest.param(None, id="7.1.5"), pytest.param(BUILD_9, id="9.0.2"),
+                                   pytest.param(BUILD_MASTER, id="master")])
 @pytest.mark.parametrize("cpus", [4, 2])
 @pytest.mark.parametrize("name", list(CLIPS))
-def test_discrete_gpu_downloads_are_bit_exact(layer_dir, tmp_path, name, cpus, build):
+def test_discrete_gpu_downloads_are_bit_exact(fake_discrete_layer, tmp_path, name, cpus, build):
     ff = build if build is not None else ffmpeg_dir_path()
     if not (ff / "bin" / "ffmpeg").is_file():
         if os.environ.get("CI"):
@@ -104,7 +73,7 @@ def test_discrete_gpu_downloads_are_bit_exact(layer_dir, tmp_path, name, cpus, b
                          "-f", "framemd5", "-pix_fmt", fmt, "-"], capture_output=True, text=True, check=True)
     stats = tmp_path / "stats.txt"
     env = vulkan_env(validate=True)
-    env.update(VK_ADD_LAYER_PATH=str(layer_dir), VK_INSTANCE_LAYERS=LAYER, FD_STATS=str(stats),
+    env.update(VK_ADD_LAYER_PATH=str(fake_discrete_layer), VK_INSTANCE_LAYERS=FAKE_DISCRETE_LAYER, FD_STATS=str(stats),
                LD_LIBRARY_PATH=str(ff / "lib"))
     if nine:
         # the layer's SPIR-V parser predates FFmpeg 9's shaders: their validation is off
@@ -118,28 +87,30 @@ def test_discrete_gpu_downloads_are_bit_exact(layer_dir, tmp_path, name, cpus, b
                         capture_output=True, text=True, env=env, timeout=600)
     log = vk.stdout + vk.stderr     # the validation layer writes to stdout
     assert vk.returncode == 0, log[-3000:]
-    # 7.1.5's hwaccel logs its start; 9.0.2's frames could not be downloaded without it
+    # 7.1.5's hwaccel logs its start; 9.0.2's and master's frames could not be downloaded without it
     assert "(discrete)" in log and (nine or "initialised on" in log), log[-3000:]
     got = hashes((tmp_path / "vk.framemd5").read_text())
     assert got == hashes(sw.stdout) and len(got) == FRAMES
-    assert not validation_messages(log, KNOWN_LAYER_NOISE + (NOISE_9 if nine else ()))
+    assert not validation_messages(log, KNOWN_LAYER_NOISE + (NOISE_FFMPEG9 if nine else ()))
     text = stats.read_text()
     banded = int(re.search(r"imageOffset\.y > 0: (\d+)", text).group(1))
     imports = int(re.search(r"GetMemoryHostPointerProperties (\d+)", text).group(1))
     assert imports == 0, text      # the staging path: the destination is not imported
-    if name.startswith("odd-17x33") or nine:
-        assert banded == 0    # a frame this small is copied out in one piece; 9.0.2: no bands
+    if name.startswith("odd-17x33") or build == BUILD_9:
+        assert banded == 0    # a frame this small is copied out in one piece; the 9.0.2 backport: no bands
     else:
         assert banded > 0, stats.read_text()    # copied out in bands
 
 
+@pytest.mark.parametrize("build", [pytest.param(BUILD_9, id="9.0.2"), pytest.param(BUILD_MASTER, id="master")])
 @pytest.mark.parametrize("fmt", ["yuv422p10le", "yuva444p12le"])
-def test_round_trips_share_the_staging_pool(layer_dir, tmp_path, fmt):
-    """FFmpeg 9.0.2 takes upload and download staging buffers from one pool (9.0.2 series
-    patch 15): with both directions through it, an hwupload/hwdownload round trip gives
-    back the frames it was given, and no buffer is used for a copy its usage does not
-    allow (VUID-vkCmdCopyImageToBuffer-dstBuffer-00191, -vkCmdCopyBufferToImage-srcBuffer-00174)."""
-    ff = BUILD_9
+def test_round_trips_share_the_staging_pool(fake_discrete_layer, tmp_path, fmt, build):
+    """FFmpeg 9.0.2 and master take upload and download staging buffers from one pool (9.0.2
+    series patch 15, master 0020): with both directions through it, an hwupload/hwdownload
+    round trip gives back the frames it was given, and no buffer is used for a copy its usage
+    does not allow (VUID-vkCmdCopyImageToBuffer-dstBuffer-00191,
+    -vkCmdCopyBufferToImage-srcBuffer-00174)."""
+    ff = build
     if not (ff / "bin" / "ffmpeg").is_file():
         if os.environ.get("CI"):
             pytest.fail(f"no FFmpeg build at {ff}")
@@ -150,7 +121,7 @@ def test_round_trips_share_the_staging_pool(layer_dir, tmp_path, fmt):
                           "-vf", f"format={fmt}", "-f", "framemd5", "-"], capture_output=True, text=True,
                          check=True, env={**os.environ, "VK_INSTANCE_LAYERS": ""})
     env = vulkan_env(validate=True)
-    env.update(VK_ADD_LAYER_PATH=str(layer_dir), VK_INSTANCE_LAYERS=LAYER, LD_LIBRARY_PATH=str(ff / "lib"),
+    env.update(VK_ADD_LAYER_PATH=str(fake_discrete_layer), VK_INSTANCE_LAYERS=FAKE_DISCRETE_LAYER, LD_LIBRARY_PATH=str(ff / "lib"),
                FD_NO_HOST_IMAGE_COPY="1", FD_NO_SHADER_OBJECT="1", FD_NO_HOST_MEMORY="1",
                VK_LAYER_DISABLES="VK_VALIDATION_FEATURE_DISABLE_SHADERS_EXT")
     out = tmp_path / "rt.framemd5"
@@ -161,4 +132,4 @@ def test_round_trips_share_the_staging_pool(layer_dir, tmp_path, fmt):
     log = res.stdout + res.stderr
     assert res.returncode == 0, log[-3000:]
     assert hashes(out.read_text()) == hashes(ref.stdout) and len(hashes(ref.stdout)) == 6
-    assert not validation_messages(log, KNOWN_LAYER_NOISE + NOISE_9)
+    assert not validation_messages(log, KNOWN_LAYER_NOISE + NOISE_FFMPEG9)
