@@ -1273,7 +1273,8 @@ def write_reports(report: FuzzReport, out: str | os.PathLike) -> list[Path]:
     if base.suffix in (".json", ".md"):
         base = base.with_suffix("")
     base.parent.mkdir(parents=True, exist_ok=True)
-    j, md = base.with_suffix(".json"), base.with_suffix(".md")
+    # appended, not with_suffix(): "fuzz-9.0.2" keeps its ".2"
+    j, md = base.with_name(base.name + ".json"), base.with_name(base.name + ".md")
     j.write_text(json.dumps(report.to_dict(), indent=1, default=str) + "\n")
     md.write_text(format_markdown(report))
     return [j, md]
