@@ -157,6 +157,30 @@ def test_soak_mallstat_samples_malloc_inside_the_process(ffmpeg_dir: Path, clip:
     assert own[0].startswith("t_s,in_use_mib,free_mib") and len(own) >= 3
 
 
+def test_soak_poolstat_counts_buffer_pools(ffmpeg_dir: Path, clip: Path, tmp_path: Path):
+    """--poolstat LIB: tools/gpu/probes/poolstat.c counts the buffers of each AVBufferPool that
+    libavcodec, libavfilter and libavformat make: hwdownload's frame pool (libavfilter, one pool
+    per plane of a 128x72 4:2:2 10-bit frame) holds at least one buffer, and the decoder's
+    own pools are seen too."""
+    lib = tmp_path / "libpoolstat.so"
+    subprocess.run(["cc", "-O2", "-Wall", "-Werror", "-shared", "-fPIC", "-o", str(lib),
+                    str(REPO / "tools" / "gpu" / "probes" / "poolstat.c"), "-ldl", "-lpthread"], check=True,
+                   timeout=60)
+    out, pools = tmp_path / "soak.json", tmp_path / "pools.csv"
+    res = gpu_load("soak", "--ffmpeg", f"ff={ffmpeg_dir}", "--clip", str(clip), "--format", FMT,
+                   "--frames", "1200", "--interval", "0.1", "--max-time", "60", "--poolstat", str(lib),
+                   "--pools-csv", str(pools), "--workdir", str(tmp_path / "w"), "--json", str(out))
+    assert res.returncode == 0, res.stdout + res.stderr
+    j = json.loads(out.read_text())
+    assert pools.read_text().startswith("t_s,pool,creator,size,buffers,mib\n")
+    filt = [q for q in j["pools"] if q["creator"].startswith("libavfilter")]
+    # Y of 128x72 at 2 bytes a sample, Cb and Cr half as wide (plus FFmpeg's padding)
+    assert len(filt) >= 3 and all(q["buffers_end"] >= 1 and q["size"] >= 64 * 72 * 2 for q in filt), filt
+    assert any(q["creator"].startswith("libavcodec") for q in j["pools"]), j["pools"]
+    assert all(q["buffers_end"] >= q["buffers_at_half"] for q in j["pools"])
+    assert "soak ff pools: " in res.stdout
+
+
 def test_curve_and_second_half():
     gl = load_script("gpu-load")
     xs = list(range(0, 100001, 1000))
