@@ -210,6 +210,7 @@ def test_load_steady_windows(ffmpeg_dir: Path, clip: Path, tmp_path: Path):
         assert r["mode"] == "window" and r["failures"] == {} and r["k"] == k
         assert 0.9 < r["window_s"] < 2 and r["steady_fps"] > 0 and r["window_frames"] > 0
         assert r["per_process_fps"]["min"] > 0 and r["all_running_s"] > 0 and r["teardown_s"] >= 0
+        assert 0 <= r["sys_ms_per_frame"] <= r["cpu_ms_per_frame"]
         # stopped by SIGINT: ffmpeg's exit status after a signal, no frame count asked
         assert all(p["exit"] == 255 and p["failure"] is None for p in r["procs"])
         assert "-frames:v" not in r["argv"] and r["argv"][r["argv"].index("-stream_loop") + 1] == "-1"
