@@ -76,6 +76,8 @@ VALIDATION_NOISE = (
     "is not supported by this layer",
     "UNASSIGNED-CoreValidation-DrawState-InvalidImageLayout",
     "UNASSIGNED-VkSemaphore-state-timeout",
+    "DebugTypeArray: Component Count must be OpConstant",
+    "should be sub-allocated from larger memory blocks",
 )
 
 #: what marks a sanitizer report in a worker's stderr
