@@ -34,7 +34,10 @@ from cffi import FFI
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 HEADER = os.path.join(HERE, "pyprores.h")
-SOURCES = ["pyprores.c", "prores_headers.c", "hostdl.c", "reader.c", "cudaip.c"]
+# the session API (session.h lists them in the order they call each other), then the rest
+SESSION_SOURCES = ["errors.c", "log.c", "damage.c", "device.c", "session.c", "download.c",
+                   "decode.c", "slices.c", "stream.c"]
+SOURCES = SESSION_SOURCES + ["prores_headers.c", "hostdl.c", "reader.c", "cudaip.c"]
 
 
 def ffmpeg_dir() -> str:

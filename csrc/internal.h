@@ -49,7 +49,7 @@ int ppr__cuda_create(ppr_cuda **out, struct AVBufferRef *device, const char *dev
  * pointers inside the buffer); on success the frame's reference moves into b. */
 int ppr__cuda_download_start(ppr_cuda_buffer *b, struct AVFrame *frame, const ppr_planes *out);
 
-/* A prepared packet (pyprores.c; reader.c makes them too). */
+/* A prepared packet (stream.c; reader.c makes them too). */
 struct AVPacket;
 struct ppr_packet {
     struct AVPacket *av;        /* refcounted, padded, pts set */

@@ -27,6 +27,7 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,7 @@ TARBALL_NAME = "ffmpeg-7.1.5.tar.xz"
 
 # Validation-layer messages that are not ours: the one list of them, for every test
 # (validation_errors below) and for pyprores.decode.native sessions in tests (exported as
-# PYPRORES_VALIDATION_IGNORE, which csrc/pyprores.c reads on top of its own built-in
+# PYPRORES_VALIDATION_IGNORE, which csrc/log.c reads on top of its own built-in
 # list; tests/test_hwaccel.py checks that the two lists agree). Each one is raised
 # without any ProRes code, by Debian 12's layer (1.3.239) with stock FFmpeg 7.1.5:
 #  - VUID-VkDeviceCreateInfo-pNext-pNext, VUID-VkPhysicalDeviceProperties2-pNext-pNext:
@@ -83,6 +84,7 @@ def load_script(name: str):
     loader = importlib.machinery.SourceFileLoader(name.replace("-", "_"), str(GPU_TOOLS / name))
     spec = importlib.util.spec_from_loader(loader.name, loader)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[loader.name] = module     # dataclasses look their module up there
     loader.exec_module(module)
     return module
 
@@ -195,6 +197,45 @@ def ffmpeg_tarball() -> Path:
     if t is None:
         pytest.skip(f"{TARBALL_NAME} not at hand (set PYPRORES_FFMPEG_TARBALL)")
     return t
+
+
+def write_gpu_pack(root: Path, manifest: dict[str, str]) -> Path:
+    """A packed directory as tools/gpu/gpu-pack leaves it: per build (name -> its MANIFEST
+    note, e.g. "18 patches") stub executables that fail, lib/ and a BUILDINFO."""
+    for name in manifest:
+        (root / name / "bin").mkdir(parents=True)
+        (root / name / "lib").mkdir()
+        for exe in ("ffmpeg", "ffprobe", "decbench"):
+            p = root / name / "bin" / exe
+            p.write_text("#!/bin/sh\nexit 1\n")
+            p.chmod(0o755)
+        (root / name / "BUILDINFO").write_text("key: abc\npatches:\n  0001-x.patch\nconfigure:\n")
+    (root / "MANIFEST").write_text("".join(f"{name}\tabc\t{note}\n" for name, note in manifest.items()))
+    return root
+
+
+def gpu_run(*args: str, out: Path | None = None) -> subprocess.CompletedProcess:
+    """tools/gpu/gpu-run ARGS, with $OUT set to out (unset without)."""
+    env = {k: v for k, v in os.environ.items() if k != "OUT"}
+    if out is not None:
+        env["OUT"] = str(out)
+    return subprocess.run(["bash", str(REPO_ROOT / "tools" / "gpu" / "gpu-run"), *args], capture_output=True,
+                          text=True, env=env, timeout=60)
+
+
+def faststart_copy(src: Path, out: Path) -> Path:
+    """src's video packets remuxed into out (PyAV) with the movie header up front, so that a
+    cut into the packets leaves a file whose container still lists every frame."""
+    import av
+
+    with av.open(str(out), "w", options={"movflags": "+faststart"}) as o:
+        with av.open(str(src)) as i:
+            s = o.add_stream_from_template(i.streams.video[0])
+            for p in i.demux(i.streams.video[0]):
+                if p.size:
+                    p.stream = s
+                    o.mux(p)
+    return out
 
 
 def write_mpeg4_mov(path: Path) -> Path:

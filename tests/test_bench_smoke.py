@@ -11,15 +11,24 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_bench_quick_runs_and_reports_bitexact(tmp_path):
+def _ffmpeg_dir() -> Path:
     ffdir = Path(os.environ.get("PYPRORES_FFMPEG_DIR", REPO / "build" / "ffmpeg"))
     if not (ffdir / "bin" / "ffmpeg").exists():
         pytest.skip("no FFmpeg build; run ./scripts/setup")
+    return ffdir
+
+
+def _bench(tmp_path: Path, *args: str) -> tuple[dict, str]:
+    """tools/gpu/bench --quick ARGS: its JSON result and its stdout (it must succeed)."""
     out = tmp_path / "bench.json"
-    proc = subprocess.run([sys.executable, str(REPO / "tools" / "gpu" / "bench"), "--ffmpeg", str(ffdir),
-                           "--quick", "--json", str(out)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, str(REPO / "tools" / "gpu" / "bench"), *args, "--quick",
+                           "--json", str(out)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    result = json.loads(out.read_text())
+    return json.loads(out.read_text()), proc.stdout
+
+
+def test_bench_quick_runs_and_reports_bitexact(tmp_path):
+    result, stdout = _bench(tmp_path, "--ffmpeg", str(_ffmpeg_dir()))
     assert result["clips"], "no clip was benchmarked"
     for clip in result["clips"]:
         assert clip["check"]["bitexact"], clip
@@ -40,40 +49,27 @@ def test_bench_quick_runs_and_reports_bitexact(tmp_path):
         n = clip["check"]["frames_sw"]
         assert clip["modes"]["py-stream"]["frames_identical"] == f"{n}/{n}"
         assert clip["modes"]["py-stream"]["download"] == "gpu"
-    assert "bit-exact" in proc.stdout
+    assert "bit-exact" in stdout
 
 
 def test_bench_err_detect_modes(tmp_path):
     """The A/B of the damaged-slice report: vk-ed and api-ed run with
     -err_detect bitstream (decbench --err-detect bitstream) beside vk and api."""
-    ffdir = Path(os.environ.get("PYPRORES_FFMPEG_DIR", REPO / "build" / "ffmpeg"))
-    if not (ffdir / "bin" / "ffmpeg").exists():
-        pytest.skip("no FFmpeg build; run ./scripts/setup")
-    out = tmp_path / "bench.json"
-    proc = subprocess.run([sys.executable, str(REPO / "tools" / "gpu" / "bench"), "--ffmpeg", str(ffdir),
-                           "--quick", "--clips", "q-422hq", "--modes", "vk,vk-ed,api,api-ed,api-dl-ed",
-                           "--json", str(out)], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    clip = json.loads(out.read_text())["clips"][0]
+    result, stdout = _bench(tmp_path, "--ffmpeg", str(_ffmpeg_dir()), "--clips", "q-422hq",
+                            "--modes", "vk,vk-ed,api,api-ed,api-dl-ed")
+    clip = result["clips"][0]
     for mode in ("vk", "vk-ed", "api", "api-ed", "api-dl-ed"):
         assert clip["modes"][mode]["fps"] > 0, mode
     assert clip["modes"]["api-ed"]["frames"] == clip["modes"]["api"]["frames"] > 0
-    assert "vk-ed" in proc.stdout
+    assert "vk-ed" in stdout
 
 
 def test_bench_times_several_builds_in_turn(tmp_path):
     """--ffmpeg NAME=DIR twice (here the same build under two names): every clip is
     checked and timed per build, and the JSON names the builds."""
-    ffdir = Path(os.environ.get("PYPRORES_FFMPEG_DIR", REPO / "build" / "ffmpeg"))
-    if not (ffdir / "bin" / "ffmpeg").exists():
-        pytest.skip("no FFmpeg build; run ./scripts/setup")
-    out = tmp_path / "bench.json"
-    proc = subprocess.run([sys.executable, str(REPO / "tools" / "gpu" / "bench"), "--ffmpeg", f"one={ffdir}",
-                           "--ffmpeg", f"two={ffdir}", "--quick", "--clips", "q-422hq",
-                           "--modes", "vk,api,py", "--json", str(out)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    result = json.loads(out.read_text())
+    ffdir = _ffmpeg_dir()
+    result, stdout = _bench(tmp_path, "--ffmpeg", f"one={ffdir}", "--ffmpeg", f"two={ffdir}",
+                            "--clips", "q-422hq", "--modes", "vk,api,py")
     assert [b["name"] for b in result["builds"]] == ["one", "two"]
     for b in result["builds"]:
         assert b["version"].startswith("7.1") and b["libavcodec"].startswith("61.")
@@ -87,7 +83,7 @@ def test_bench_times_several_builds_in_turn(tmp_path):
             assert per["modes"][mode]["fps"] > 0, (name, mode)
     # the first build's results stay where a single build's are
     assert clip["check"] == clip["builds"]["one"]["check"] and clip["modes"] == clip["builds"]["one"]["modes"]
-    assert "| one " in proc.stdout and "| two " in proc.stdout
+    assert "| one " in stdout and "| two " in stdout
 
 
 def test_bench_rejects_unknown_native(tmp_path):
@@ -100,15 +96,8 @@ def test_bench_file_modes(tmp_path):
     """open_decoder as users call it, on a file of --loops passes over the clip:
     the C library's reader (py-file) and PyAV's packets (py-file-pyav), both
     bit-exact, with open, first frame, steady and whole-file figures."""
-    ffdir = Path(os.environ.get("PYPRORES_FFMPEG_DIR", REPO / "build" / "ffmpeg"))
-    if not (ffdir / "bin" / "ffmpeg").exists():
-        pytest.skip("no FFmpeg build; run ./scripts/setup")
-    out = tmp_path / "bench.json"
-    proc = subprocess.run([sys.executable, str(REPO / "tools" / "gpu" / "bench"), "--ffmpeg", str(ffdir),
-                           "--quick", "--clips", "q-4444-alpha", "--modes", "py-file,py-file-pyav",
-                           "--json", str(out)], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    result = json.loads(out.read_text())
+    result, _ = _bench(tmp_path, "--ffmpeg", str(_ffmpeg_dir()), "--clips", "q-4444-alpha",
+                       "--modes", "py-file,py-file-pyav")
     clip = result["clips"][0]
     n = clip["check"]["frames_sw"]
     for mode, reader in (("py-file", "native"), ("py-file-pyav", "pyav-packets")):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import c_compiler, load_script, validation_messages, vulkan_env
+from conftest import c_compiler, gpu_run, load_script, validation_messages, vulkan_env
 
 REPO = Path(__file__).resolve().parent.parent
 SIZES = [65536, 100003]             # one size not a multiple of the 7680-byte row
@@ -189,22 +189,9 @@ def test_gpu_run_bandwidth_step(pack: Path, tmp_path: Path):
     assert "bandwidth 4096 B, best medians: image 64x16 d2h " in res.stdout
 
 
-def test_gpu_run_plans_the_bandwidth_step(tmp_path: Path):
-    pack = tmp_path / "gpu"
-    (pack / "ff" / "bin").mkdir(parents=True)
-    (pack / "ff" / "bin" / "ffmpeg").write_text("#!/bin/sh\nexit 1\n")
-    (pack / "ff" / "bin" / "ffmpeg").chmod(0o755)
-    (pack / "MANIFEST").write_text("ff\tabc\t21 patches\n")
-    env = {k: v for k, v in os.environ.items() if k != "OUT"}
-    res = subprocess.run(["bash", str(REPO / "tools" / "gpu" / "gpu-run"), "--pack", str(pack), "--dry-run",
-                          "bandwidth@ff", "--bandwidth-args", "--sizes 4096"], capture_output=True, text=True,
-                         env=env, timeout=60)
-    assert res.returncode == 0, res.stderr
-    assert "step bandwidth: timeout 240 s, log $OUT/bandwidth.log" in res.stdout
-    assert f"{pack}/bwprobe/bwprobe --device 0 --reps 20 --progress --json --sizes 4096 > $OUT/bandwidth.json" in res.stdout
-    assert "total of the step limits: 240 s" in res.stdout
-    help_text = subprocess.run(["bash", str(REPO / "tools" / "gpu" / "gpu-run"), "--help"], capture_output=True,
-                               text=True, timeout=60).stdout
+def test_gpu_run_lists_the_bandwidth_step():
+    """gpu-run's help names the step (tests/test_gpu_scripts.py checks its plan)."""
+    help_text = gpu_run("--help").stdout
     assert "bandwidth      issue 20" in help_text and "--bandwidth-args" in help_text
 
 

@@ -70,3 +70,14 @@ def test_readme_layout_matches_the_tree(repo_root: Path):
     assert len(listed) == len(set(listed)), f"listed twice: {listed}"
     assert set(listed) == folders, (f"README's Layout lists {sorted(set(listed) - folders)} that are not "
                                     f"folders of the tree, and misses {sorted(folders - set(listed))}")
+
+
+def test_scripts_holds_only_entry_points(repo_root: Path):
+    """scripts/ holds what users and CI run (issue 34): executables, no data files or folders;
+    what they read lives in ffmpeg_config/ and ffmpeg_patches/."""
+    staged = subprocess.run(["git", "ls-files", "-s", "scripts"], cwd=repo_root, capture_output=True,
+                            text=True, check=True).stdout.splitlines()
+    entries = [(line.split()[0], line.split("\t", 1)[1]) for line in staged]
+    assert entries, "git lists nothing under scripts/"
+    others = [path for mode, path in entries if mode != "100755" or path.count("/") != 1]
+    assert not others, f"scripts/ holds files that are not entry points: {others}"

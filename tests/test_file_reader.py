@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_mpeg4_mov
+from conftest import faststart_copy, write_mpeg4_mov
 
 import pyprores
 from pyprores.corpus import clips
@@ -136,15 +136,7 @@ def test_truncated_file_gives_its_frames_then_an_error(paths, backend, tmp_path)
     packets, _, _ = pyav_packets(paths["hq422"])
     # the movie header comes last in these files: cut into the last packet
     # and put the header back after it, so the container lists every frame
-    cut = tmp_path / "cut.mov"
-    import av
-    with av.open(str(cut), "w", options={"movflags": "+faststart"}) as o:
-        with av.open(str(paths["hq422"])) as src:
-            s = o.add_stream_from_template(src.streams.video[0])
-            for p in src.demux(src.streams.video[0]):
-                if p.size:
-                    p.stream = s
-                    o.mux(p)
+    cut = faststart_copy(paths["hq422"], tmp_path / "cut.mov")
     whole = cut.read_bytes()
     cut.write_bytes(whole[: len(whole) - len(packets[-1]) // 2])
     got = []

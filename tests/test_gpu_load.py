@@ -111,11 +111,11 @@ def test_failed_processes_are_counted(ffmpeg_dir: Path, clip: Path, tmp_path: Pa
 def test_soak_samples_memory(ffmpeg_dir: Path, clip: Path, tmp_path: Path):
     csv, out = tmp_path / "soak.csv", tmp_path / "soak.json"
     res = gpu_load("soak", "--ffmpeg", f"ff={ffmpeg_dir}", "--clip", str(clip), "--format", FMT,
-                   "--frames", "1200", "--interval", "0.05", "--max-time", "60", "--workdir", str(tmp_path / "w"),
+                   "--frames", "4000", "--interval", "0.05", "--max-time", "60", "--workdir", str(tmp_path / "w"),
                    "--csv", str(csv), "--json", str(out))
     j = json.loads(out.read_text())
     assert res.returncode == 0, res.stdout + res.stderr
-    assert j["frames"] == 1200 and j["clip_frames"] == 4 and not j["stopped_at_max_time"] and j["exit"] == 0
+    assert j["frames"] == 4000 and j["clip_frames"] == 4 and not j["stopped_at_max_time"] and j["exit"] == 0
     rows = csv.read_text().splitlines()
     assert rows[0] == ("t_s,frames,rss_mib,rss_anon_mib,rss_file_mib,rss_shmem_mib,vm_data_mib,maps,"
                        "gpu_used_mib,gpu_process_mib")
@@ -141,7 +141,7 @@ def test_soak_mallstat_samples_malloc_inside_the_process(ffmpeg_dir: Path, clip:
                     str(REPO / "tools" / "gpu" / "probes" / "mallstat.c"), "-lpthread"], check=True, timeout=60)
     csv, out = tmp_path / "soak.csv", tmp_path / "soak.json"
     res = gpu_load("soak", "--ffmpeg", f"ff={ffmpeg_dir}", "--clip", str(clip), "--format", FMT,
-                   "--frames", "1200", "--interval", "0.1", "--max-time", "60", "--mallstat", str(lib),
+                   "--frames", "8000", "--interval", "0.05", "--max-time", "60", "--mallstat", str(lib),
                    "--env", "MALLOC_ARENA_MAX=2", "--workdir", str(tmp_path / "w"), "--csv", str(csv),
                    "--json", str(out))
     assert res.returncode == 0, res.stdout + res.stderr
@@ -168,7 +168,7 @@ def test_soak_poolstat_counts_buffer_pools(ffmpeg_dir: Path, clip: Path, tmp_pat
                    timeout=60)
     out, pools = tmp_path / "soak.json", tmp_path / "pools.csv"
     res = gpu_load("soak", "--ffmpeg", f"ff={ffmpeg_dir}", "--clip", str(clip), "--format", FMT,
-                   "--frames", "1200", "--interval", "0.1", "--max-time", "60", "--poolstat", str(lib),
+                   "--frames", "8000", "--interval", "0.05", "--max-time", "60", "--poolstat", str(lib),
                    "--pools-csv", str(pools), "--workdir", str(tmp_path / "w"), "--json", str(out))
     assert res.returncode == 0, res.stdout + res.stderr
     j = json.loads(out.read_text())

@@ -7,38 +7,21 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from conftest import load_script
+from conftest import gpu_run, load_script, write_gpu_pack
 
 REPO = Path(__file__).resolve().parent.parent
-GPU_RUN = REPO / "tools" / "gpu" / "gpu-run"
 GPU_PACK = REPO / "tools" / "gpu" / "gpu-pack"
 
 
 @pytest.fixture
 def pack(tmp_path: Path) -> Path:
     """A packed directory as tools/gpu/gpu-pack leaves it, with stub executables."""
-    root = tmp_path / "gpu"
-    for name in ("ff13", "ff10"):
-        (root / name / "bin").mkdir(parents=True)
-        (root / name / "lib").mkdir()
-        for exe in ("ffmpeg", "ffprobe", "decbench"):
-            p = root / name / "bin" / exe
-            p.write_text("#!/bin/sh\nexit 1\n")
-            p.chmod(0o755)
-        (root / name / "BUILDINFO").write_text("key: abc\npatches:\n  0001-x.patch\nconfigure:\n")
-    (root / "MANIFEST").write_text("ff13\tabc\t18 patches\nff10\tdef\t16 patches\n")
-    return root
-
-
-def gpu_run(*args: str, out: Path | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "OUT"}
-    if out is not None:
-        env["OUT"] = str(out)
-    return subprocess.run(["bash", str(GPU_RUN), *args], capture_output=True, text=True, env=env, timeout=60)
+    return write_gpu_pack(tmp_path / "gpu", {"ff13": "18 patches", "ff10": "16 patches"})
 
 
 def test_dry_run_plans_every_step(pack: Path, tmp_path: Path):
@@ -102,6 +85,24 @@ def test_dry_run_cluster_step(pack: Path):
     assert res.returncode == 0, res.stderr
     assert "step cluster ff13: timeout 540 s" in res.stdout
     assert "tools/gpu/bench-cluster --files 30 --frames 4 --size 1920x1080" in res.stdout
+
+
+@pytest.mark.parametrize("args, planned", [
+    (["bandwidth@ff13", "--bandwidth-args", "--sizes 4096"],
+     ["step bandwidth: timeout 240 s, log $OUT/bandwidth.log",
+      "{pack}/bwprobe/bwprobe --device 0 --reps 20 --progress --json --sizes 4096 > $OUT/bandwidth.json",
+      "total of the step limits: 240 s"]),
+    (["--clips", "q-422hq", "startup"],
+     ["step startup ff13: timeout 180 s",
+      "{pack}/ff13/bin/startprobe --opt {{,limit_queues=4,limit_queues=1}} q-422hq",
+      "{pack}/vktime/libvulkan.so.1"]),
+])
+def test_dry_run_probe_steps(pack: Path, args: list[str], planned: list[str]):
+    """The steps of the C probes (tools/gpu/probes): bwprobe's bandwidths, startprobe under vktime."""
+    res = gpu_run("--pack", str(pack), "--dry-run", *args)
+    assert res.returncode == 0, res.stderr
+    for line in planned:
+        assert line.format(pack=pack) in res.stdout, line
 
 
 def test_dry_run_load_and_soak_steps(pack: Path, tmp_path: Path):
@@ -212,17 +213,94 @@ def test_pack_copies_external_libraries(tmp_path: Path):
     assert link.is_symlink() and link.resolve() == (out / "extlib" / "libext.so.1").resolve()
 
 
-def test_run_unpacks_xz_builds(pack: Path):
-    """gpu-pack --xz leaves the builds in builds.tar.xz: gpu-run unpacks it before planning."""
-    import tarfile
-    with tarfile.open(pack / "builds.tar.xz", "w:xz") as tar:
-        for name in ("ff13", "ff10"):
-            tar.add(pack / name, arcname=name)
-            shutil.rmtree(pack / name)
+def _wheel(path: Path) -> Path:
+    """A small wheel-shaped zip with an executable, as scripts/build-wheel's carries bin/ffmpeg."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        info = zipfile.ZipInfo("pyprores/bin/ffmpeg")
+        info.external_attr = (0o100755 << 16)
+        z.writestr(info, "#!/bin/sh\necho wheel\n")
+        z.writestr("pyprores/__init__.py", "")
+        z.writestr("pyprores-0.1.0.dist-info/RECORD", "pyprores/__init__.py,,\n")
+    return path
+
+
+def _members(wheel: Path) -> dict[str, tuple[bytes, int]]:
+    with zipfile.ZipFile(wheel) as z:
+        return {i.filename: (z.read(i), (i.external_attr >> 16) & 0o777) for i in z.infolist()}
+
+
+def test_xz_pack_and_run_unpack_round_trip(pack: Path, tmp_path: Path):
+    """gpu-pack --xz puts the builds and the wheels (unzipped) into builds.tar.xz; a dry run of
+    gpu-run plans from MANIFEST and leaves it packed (an unpacked pack may not fit a call); a real
+    run unpacks it and zips each wheel again with the same files and modes."""
+    gp = load_script("gpu-pack")
+    whl = _wheel(pack / "dist" / "pyprores-0.1.0-cp311-abi3-manylinux_2_35_x86_64.whl")
+    dep = _wheel(pack / "python" / "dep-1.0-py3-none-any.whl")
+    want = {w.name: _members(w) for w in (whl, dep)}
+    gp.pack_xz(pack, ["ff13", "ff10"])
+    assert sorted(p.name for p in pack.iterdir()) == ["MANIFEST", "builds.tar.xz", "python"]
+    assert not list((pack / "python").iterdir())
+
     res = gpu_run("--pack", str(pack), "--dry-run", "check@ff10")
     assert res.returncode == 0, res.stderr
-    assert "step check ff10" in res.stdout
+    assert "step check ff10" in res.stdout and "left packed by the dry run" in res.stdout
+    assert (pack / "builds.tar.xz").exists() and not (pack / "ff10").exists()
+
+    # a real run: unpacked, wheels zipped again; then no device here (the stub ffmpeg fails)
+    res = gpu_run("--pack", str(pack), "check@ff10", out=tmp_path / "out")
+    assert res.returncode == 2 and "no Vulkan device" in res.stderr, res.stderr
     assert (pack / "ff10" / "bin" / "ffmpeg").is_file() and not (pack / "builds.tar.xz").exists()
+    assert not (pack / "rezip").exists()
+    assert _members(pack / "dist" / whl.name) == want[whl.name]
+    assert _members(pack / "python" / dep.name) == want[dep.name]
+
+
+def test_dry_run_wheel_step_with_user_wheel(pack: Path):
+    """The wheel step names the carried wheel, the samples and the 4K source it transcodes."""
+    _wheel(pack / "dist" / "pyprores-0.1.0-cp311-abi3-manylinux_2_35_x86_64.whl")
+    (pack / "samples").mkdir()
+    (pack / "samples" / "a.mxf").write_bytes(b"x")
+    res = gpu_run("--pack", str(pack), "--dry-run", "--workflow-frames", "96", "--wheel-args", "--seconds 1",
+                  "wheel", "workflow@ff13,ff10")
+    assert res.returncode == 0, res.stderr
+    assert "pip install --no-index dist/pyprores-0.1.0-cp311-abi3-manylinux_2_35_x86_64.whl" in res.stdout
+    assert "tools/gpu/workflow --sources-only --frames 96" in res.stdout
+    assert "--device 0 --seconds 1 samples/a.mxf 4k-422hq.mov" in res.stdout
+    assert "--markdown $OUT/workflow.md" in res.stdout
+
+
+def test_wheel_transcode_rate_for_containers_without_one():
+    """FFmpeg's Matroska sample states no frame rate (1 ms time base): MXF refuses 1000 fps, so the
+    jobs add -r 24 there, and only there."""
+    wt = load_script("wheel-transcode")
+    assert wt.rate_args({"r_frame_rate": "1000/1", "avg_frame_rate": "0/0"}) == ["-r", "24"]   # the MKV
+    assert wt.rate_args({"r_frame_rate": "60000/1001", "avg_frame_rate": "0/0"}) == []        # the MXF
+    assert wt.rate_args({"r_frame_rate": "25/1", "avg_frame_rate": "25/1"}) == []
+    assert wt.rate_args({}) == ["-r", "24"]
+
+
+def test_workflow_table_puts_modes_side_by_side():
+    """One row per source, job and build; 'yes' only when the vk output's hash is the sw one's."""
+    wf = load_script("workflow")
+
+    def R(build, mode, wall=None, fps=None, cpu=None, sha="", **kw):
+        return wf.Run(source="s", job="compare" if mode == "sw+vk" else "h264", build=build, mode=mode,
+                      wall_s=wall, fps=fps, cpu_s=cpu, sha256=sha or None, **kw)
+    runs = [R("ours", "sw", 2.0, 60.0, 30.0, "a" * 64),
+            R("ours", "vk", 1.0, 120.0, 10.0, "a" * 64, identical=True),
+            R("ours", "vk-scale", 0.8, 150.0, 8.0, "c" * 64, identical=False, psnr=48.25),
+            R("up", "sw", 2.0, 60.0, 30.0, "a" * 64),
+            R("up", "vk", 1.0, 120.0, 10.0, "b" * 64, identical=False),
+            R("up", "vk-scale", error="skipped: no scale_vulkan in this build"),
+            R("-", "sw+vk", 5.0, 24.0, 9.0, "d" * 64, identical=True)]
+    rows = wf.table_rows(runs, ["sw", "vk", "vk-scale"])
+    assert rows[0][:3] == ["source", "job", "build"] and len(rows) == 4
+    assert rows[1] == ["s", "h264", "ours", "2.00 / 60.0 / 30.00", "1.00 / 120.0 / 10.00",
+                       "0.80 / 150.0 / 8.00 (PSNR 48.2 dB)", "yes " + "a" * 12]
+    assert rows[2][-1].startswith("NO (bbbb") and rows[2][5].startswith("skipped")
+    assert rows[3][:4] == ["s", "compare", "sw+vk", "5.00 / 24.0 / 9.00"] and rows[3][-1].startswith("yes")
+    assert rows[3][4:6] == ["-", "-"]
 
 
 def test_limited_api_check_tells_stable_abi_extensions_apart(tmp_path: Path):

@@ -285,11 +285,11 @@ def test_native_vulkan_session_equals_software_session(hw_clips, native_sessions
 # ---------------------------------------------------------------------------- validation layer
 
 def test_noise_list_shared_with_csrc():
-    """csrc/pyprores.c's built-in filter drops nothing that conftest's list keeps,
+    """csrc/log.c's built-in filter drops nothing that conftest's list keeps,
     and the tests hand conftest's list to native sessions."""
-    src = (REPO_ROOT / "csrc" / "pyprores.c").read_text()
+    src = (REPO_ROOT / "csrc" / "log.c").read_text()
     m = re.search(r"validation_noise\[\]\s*=\s*\{(.*?)\};", src, re.S)
-    assert m, "validation_noise[] not found in csrc/pyprores.c"
+    assert m, "validation_noise[] not found in csrc/log.c"
     c_patterns = re.findall(r'"([^"]*)"', m.group(1))
     assert c_patterns
     for pat in c_patterns:

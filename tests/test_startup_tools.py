@@ -136,18 +136,3 @@ def test_summary_gathers_the_step(tmp_path: Path):
     assert any("exec, linking and exit: 0.050 s" in l and "done on the GPU 0.250 s" in l for l in lines)
     assert any("every queue of every family 400.0+200.0 ms" in l for l in lines)
     assert any("VK_NV_optical_flow and its features 90.0+10.0 ms" in l for l in lines)
-
-
-def test_gpu_run_plans_the_startup_step(tmp_path: Path):
-    pack = tmp_path / "gpu"
-    (pack / "ff" / "bin").mkdir(parents=True)
-    (pack / "ff" / "bin" / "ffmpeg").write_text("#!/bin/sh\nexit 1\n")
-    (pack / "ff" / "bin" / "ffmpeg").chmod(0o755)
-    (pack / "MANIFEST").write_text("ff\tabc\t19 patches\n")
-    env = {k: v for k, v in os.environ.items() if k != "OUT"}
-    res = subprocess.run(["bash", str(REPO / "tools" / "gpu" / "gpu-run"), "--pack", str(pack), "--dry-run",
-                          "--clips", "q-422hq", "startup"], capture_output=True, text=True, env=env, timeout=60)
-    assert res.returncode == 0, res.stderr
-    assert "step startup ff: timeout 180 s" in res.stdout
-    assert f"{pack}/ff/bin/startprobe --opt {{,limit_queues=4,limit_queues=1}} q-422hq" in res.stdout
-    assert f"{pack}/vktime/libvulkan.so.1" in res.stdout

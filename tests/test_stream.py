@@ -21,7 +21,7 @@ import av
 import numpy as np
 import pytest
 
-from conftest import write_mpeg4_mov
+from conftest import faststart_copy, write_mpeg4_mov
 
 import pyprores
 from pyprores.corpus import clips
@@ -197,14 +197,7 @@ def test_early_exit_and_interrupt_leave_nothing_running(paths, backend):
 
 
 def _cut(path: Path, tmp_path: Path) -> Path:
-    out = tmp_path / "cut.mov"
-    with av.open(str(out), "w", options={"movflags": "+faststart"}) as o:
-        with av.open(str(path)) as src:
-            s = o.add_stream_from_template(src.streams.video[0])
-            for p in src.demux(src.streams.video[0]):
-                if p.size:
-                    p.stream = s
-                    o.mux(p)
+    out = faststart_copy(path, tmp_path / "cut.mov")
     data = out.read_bytes()
     out.write_bytes(data[: len(data) * 5 // 8])     # the index is up front
     return out

@@ -124,12 +124,18 @@ def test_mxf_to_delivery_format(user_dir, tmp_path, name, out, filters, args, co
 def test_workflow_quick(user_dir, tmp_path):
     """tools/gpu/workflow's jobs on tiny sources: runs, and GPU decoding changes no output byte."""
     out = tmp_path / "workflow.json"
-    res = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "workflow"), "--ffmpeg", f"ours={user_dir}",
+    res = subprocess.run([sys.executable, str(REPO_ROOT / "tools" / "gpu" / "workflow"), "--ffmpeg", f"ours={user_dir}",
                           "--quick", "--modes", "sw,vk", "--jobs", "h264,proxy,dnxhr,tiff", "--workdir", str(tmp_path / "w"),
-                          "--json", str(out)], capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "PYTHONPATH": ""})
+                          "--json", str(out), "--markdown", str(tmp_path / "workflow.md")],
+                         capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": ""})
     assert res.returncode == 0, res.stdout + res.stderr[-3000:]
     runs = json.loads(out.read_text())["runs"]
     vk = [r for r in runs if r["mode"] == "vk"]
     assert len(vk) == 8 and all(r["identical"] for r in vk), [r for r in vk if not r["identical"]]
     assert all(r["wall_s"] > 0 and r["cpu_s"] > 0 and r["sha256"] for r in runs)
+    # the summary (gpu-run keeps the "workflow |" lines) and its Markdown: a row per source and job
+    table = [l for l in res.stdout.splitlines() if l.startswith("workflow | ")]
+    assert len(table) == 1 + 8 and all(l.endswith(("| yes " + r["sha256"][:12])) for l, r in
+                                         zip(table[1:], [r for r in runs if r["mode"] == "vk"]))
+    md = (tmp_path / "workflow.md").read_text().splitlines()
+    assert len(md) == 2 + 8 and md[1].startswith("|---|")

@@ -235,3 +235,19 @@ def test_user_wheel_transcodes(tmp_path):
     ff(*hw, "-i", clap, "-map", "0:v", "-map", "0:a", "-vf", "hwdownload,format=yuva444p12le,format=yuv422p10le",
        "-c:v", "dnxhd", "-profile:v", "dnxhr_hqx", "-c:a", "pcm_s24le", "edit.mxf")
     assert probe("edit.mxf") == "dnxhd,1888,1062"      # the clean aperture, applied on the GPU
+
+    # tools/gpu/wheel-transcode, which the GPU machine's wheel step runs on the samples: the
+    # wheel's `pyprores-ffmpeg -hwaccel vulkan` into each delivery format, outputs that decode
+    # and equal those of software decoding, and the wheel's `pyprores compare`
+    mkv = REPO_ROOT.parent / "shared" / "samples" / "fate_prores_bz2.mkv"
+    report = tmp_path / "transcode.json"
+    res = subprocess.run([sys.executable, str(REPO_ROOT / "tools" / "gpu" / "wheel-transcode"), "--bin",
+                          str(venv / "bin"), "--seconds", "0.1", "--seq-frames", "2", "--compare-frames", "2",
+                          "--workdir", str(tmp_path / "transcode"), "--json", str(report), str(mxf), str(mkv)],
+                         cwd=work, env=env, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+    results = json.loads(report.read_text())["results"]
+    assert [(r["file"], r["job"]) for r in results] == [
+        (f.name, j) for f in (mxf, mkv) for j in ("h264", "proxy", "dnxhr", "tiff", "compare")]
+    assert all(r["ok"] for r in results), [r for r in results if not r["ok"]]
+    assert {r["codec"] for r in results if r["job"] != "compare"} == {"h264", "prores", "dnxhd", "tiff"}

@@ -154,7 +154,7 @@ def main() -> int:
     args = ap.parse_args()
     builds = args.build or [p for p in (REPO / "build" / "ffmpeg", REPO / "build" / "ffmpeg-9.0.2") if p.exists()]
     def env(build: Path) -> dict:
-        """Each build with its own libraries (packed builds: scripts/gpu-run exports the first's)."""
+        """Each build with its own libraries (packed builds: tools/gpu/gpu-run exports the first's)."""
         e = dict(os.environ)
         e["LD_LIBRARY_PATH"] = os.pathsep.join(x for x in (str(build / "lib"), e.get("LD_LIBRARY_PATH")) if x)
         return e
