@@ -498,7 +498,8 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         timeout=args.timeout, validation=args.validation, frames=args.frames, tag=args.tag,
         mutators=tuple(args.mutator) if args.mutator else fuzz.MUTATORS, minimise=args.minimise,
         save_regressions=args.save_regressions, workdir=args.workdir,
-        command=" ".join(["pyprores fuzz", *sys.argv[2:]]) if sys.argv[1:2] == ["fuzz"] else "pyprores fuzz")
+        # the command as typed, global options (--build NAME) before "fuzz" included
+        command=" ".join(["pyprores", *sys.argv[1:]]) if "fuzz" in sys.argv[1:4] else "pyprores fuzz")
     if args.reproduce is not None:
         m, seed = fuzz.reproduce(config, args.reproduce)
         print(f"mutant {args.reproduce} of seed {args.seed}: {m.mutator} ({m.detail}) of {m.seed_name}, "

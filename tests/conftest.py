@@ -56,12 +56,25 @@ TARBALL_NAME = "ffmpeg-7.1.5.tar.xz"
 #    missed submission, seen when a pool frame is freed (vulkan_frame_free waits for its
 #    semaphores); the layer then stalls 10 s per semaphore. Stock repro with libavutil
 #    alone (av_hwframe_get_buffer + av_frame_free): tests/tools/vk_pool_noise.c.
+# Two more, raised by Debian 13's layer (1.4.309, gpu-pack --new-layer) with FFmpeg 9.0.2
+# and master builds, on the GPU (2026-11-27):
+#  - "DebugTypeArray: Component Count must be OpConstant" (spirv-val, at vkCreateShaderModule):
+#    FFmpeg's configure compiles its shaders with glslang -gVS when debug is on (its
+#    default), and glslang 15 describes arrays sized by specialization constants with a
+#    spec-constant count, which spirv-val rejects; non-semantic debug information that no
+#    driver executes. Stock repro: glslang -V --target-env spirv1.6 -gVS
+#    libavcodec/vulkan/prores_vld.comp.glsl, then spirv-val --target-env vulkan1.3.
+#  - "should be sub-allocated from larger memory blocks": a best-practices performance hint
+#    (FFmpeg gives each buffer and image its own allocation), which csrc leaves out by its
+#    message ID; this layer no longer puts the ID in the message FFmpeg logs.
 KNOWN_LAYER_NOISE = (
     "VUID-VkDeviceCreateInfo-pNext-pNext",
     "VUID-VkPhysicalDeviceProperties2-pNext-pNext",
     "is not supported by this layer",
     "UNASSIGNED-CoreValidation-DrawState-InvalidImageLayout",
     "UNASSIGNED-VkSemaphore-state-timeout",
+    "DebugTypeArray: Component Count must be OpConstant",
+    "should be sub-allocated from larger memory blocks",
 )
 # pyprores.decode.native sessions opened by tests filter the same messages.
 os.environ.setdefault("PYPRORES_VALIDATION_IGNORE", ";".join(KNOWN_LAYER_NOISE))

@@ -111,17 +111,147 @@ def test_failed_processes_are_counted(ffmpeg_dir: Path, clip: Path, tmp_path: Pa
 def test_soak_samples_memory(ffmpeg_dir: Path, clip: Path, tmp_path: Path):
     csv, out = tmp_path / "soak.csv", tmp_path / "soak.json"
     res = gpu_load("soak", "--ffmpeg", f"ff={ffmpeg_dir}", "--clip", str(clip), "--format", FMT,
-                   "--frames", "1200", "--interval", "0.05", "--max-time", "60", "--workdir", str(tmp_path / "w"),
+                   "--frames", "4000", "--interval", "0.05", "--max-time", "60", "--workdir", str(tmp_path / "w"),
                    "--csv", str(csv), "--json", str(out))
     j = json.loads(out.read_text())
     assert res.returncode == 0, res.stdout + res.stderr
-    assert j["frames"] == 1200 and j["clip_frames"] == 4 and not j["stopped_at_max_time"] and j["exit"] == 0
+    assert j["frames"] == 4000 and j["clip_frames"] == 4 and not j["stopped_at_max_time"] and j["exit"] == 0
     rows = csv.read_text().splitlines()
-    assert rows[0] == "t_s,frames,rss_mib,gpu_used_mib,gpu_process_mib"
+    assert rows[0] == ("t_s,frames,rss_mib,rss_anon_mib,rss_file_mib,rss_shmem_mib,vm_data_mib,maps,"
+                       "gpu_used_mib,gpu_process_mib")
     assert len(rows) - 1 == j["samples"] >= 3
-    frames = [int(r.split(",")[1]) for r in rows[1:]]
-    assert frames == sorted(frames) and all(float(r.split(",")[2]) > 10 for r in rows[1:])
+    cells = [r.split(",") for r in rows[1:]]
+    frames = [int(c[1]) for c in cells]
+    assert frames == sorted(frames) and all(float(c[2]) > 10 for c in cells)
+    # RSS is its anonymous, file and shared parts (to rounding), and a process has mappings
+    assert all(abs(float(c[2]) - float(c[3]) - float(c[4]) - float(c[5])) < 0.5 and int(c[7]) > 10 for c in cells)
     assert j["fits"]["rss"]["samples"] >= 3 and j["flat"]["rss"] is True
+    # flat is judged on the second half: its own fit, from half the frames on
+    h = j["last_half"]["rss"]
+    assert h["samples"] >= 2 and h["from_frame"] >= j["half_frames"] == round(0.5 * frames[-1])
+    assert 1 <= len(j["curves"]["rss"]) <= 10 and j["curves"]["rss"][-1]["to_frame"] == frames[-1]
+    assert "fitted rise over the second half" in res.stdout and "soak ff curve rss," in res.stdout
+
+
+def test_soak_mallstat_samples_malloc_inside_the_process(ffmpeg_dir: Path, clip: Path, tmp_path: Path):
+    """--mallstat LIB: tools/gpu/probes/mallstat.c LD_PRELOADed; malloc's bytes in use and free
+    sampled inside the decoding process, beside its RSS."""
+    lib = tmp_path / "libmallstat.so"
+    subprocess.run(["cc", "-O2", "-Wall", "-Werror", "-shared", "-fPIC", "-o", str(lib),
+                    str(REPO / "tools" / "gpu" / "probes" / "mallstat.c"), "-lpthread"], check=True, timeout=60)
+    csv, out = tmp_path / "soak.csv", tmp_path / "soak.json"
+    res = gpu_load("soak", "--ffmpeg", f"ff={ffmpeg_dir}", "--clip", str(clip), "--format", FMT,
+                   "--frames", "8000", "--interval", "0.05", "--max-time", "60", "--mallstat", str(lib),
+                   "--env", "MALLOC_ARENA_MAX=2", "--workdir", str(tmp_path / "w"), "--csv", str(csv),
+                   "--json", str(out))
+    assert res.returncode == 0, res.stdout + res.stderr
+    j = json.loads(out.read_text())
+    assert j["mallstat"] and j["env"] == ["MALLOC_ARENA_MAX=2"]
+    header, *rows = csv.read_text().splitlines()
+    assert header.endswith(",malloc_in_use_mib,malloc_free_mib")
+    in_use = [float(r.split(",")[-2]) for r in rows if r.split(",")[-2]]
+    assert in_use and all(0 < v < 2048 for v in in_use)          # a decoder holds some heap
+    assert j["fits"]["malloc_in_use"] is not None and "malloc_in_use" in j["curves"]
+    # the sampler's own file, one line per half interval from the library's load
+    own = (tmp_path / "w" / "mallstat-ff.csv").read_text().splitlines()
+    assert own[0].startswith("t_s,in_use_mib,free_mib") and len(own) >= 3
+
+
+def test_soak_poolstat_counts_buffer_pools(ffmpeg_dir: Path, clip: Path, tmp_path: Path):
+    """--poolstat LIB: tools/gpu/probes/poolstat.c counts the buffers of each AVBufferPool that
+    libavcodec, libavfilter and libavformat make: hwdownload's frame pool (libavfilter, one pool
+    per plane of a 128x72 4:2:2 10-bit frame) holds at least one buffer, and the decoder's
+    own pools are seen too."""
+    lib = tmp_path / "libpoolstat.so"
+    subprocess.run(["cc", "-O2", "-Wall", "-Werror", "-shared", "-fPIC", "-o", str(lib),
+                    str(REPO / "tools" / "gpu" / "probes" / "poolstat.c"), "-ldl", "-lpthread"], check=True,
+                   timeout=60)
+    out, pools = tmp_path / "soak.json", tmp_path / "pools.csv"
+    res = gpu_load("soak", "--ffmpeg", f"ff={ffmpeg_dir}", "--clip", str(clip), "--format", FMT,
+                   "--frames", "8000", "--interval", "0.05", "--max-time", "60", "--poolstat", str(lib),
+                   "--pools-csv", str(pools), "--workdir", str(tmp_path / "w"), "--json", str(out))
+    assert res.returncode == 0, res.stdout + res.stderr
+    j = json.loads(out.read_text())
+    assert pools.read_text().startswith("t_s,pool,creator,size,buffers,mib\n")
+    filt = [q for q in j["pools"] if q["creator"].startswith("libavfilter")]
+    # Y of 128x72 at 2 bytes a sample, Cb and Cr half as wide (plus FFmpeg's padding)
+    assert len(filt) >= 3 and all(q["buffers_end"] >= 1 and q["size"] >= 64 * 72 * 2 for q in filt), filt
+    assert any(q["creator"].startswith("libavcodec") for q in j["pools"]), j["pools"]
+    assert all(q["buffers_end"] >= q["buffers_at_half"] for q in j["pools"])
+    assert "soak ff pools: " in res.stdout
+
+
+def test_curve_and_second_half():
+    gl = load_script("gpu-load")
+    xs = list(range(0, 100001, 1000))
+    # a step of 35 MiB at 36% of the run, flat before and after it: the whole run's fit rises,
+    # the second half's does not
+    ys = [400.0 + (35 if x >= 36000 else 0) for x in xs]
+    assert gl.growth(xs, ys, 10000)["fitted_rise_mib"] > 16
+    assert abs(gl.growth(xs, ys, 50000)["fitted_rise_mib"]) < 0.1
+    c = gl.curve(xs, ys)
+    assert [s["max"] for s in c] == [400.0] * 3 + [435.0] * 7 and c[-1]["to_frame"] == 100000
+    assert c[3]["min"] == 400.0
+
+
+def test_load_steady_windows(ffmpeg_dir: Path, clip: Path, tmp_path: Path):
+    """--steady S: processes loop the clip until stopped; the frames of an S-second window in
+    which all K run, the start-up (all running) and teardown timed on their own; exactness
+    runs as before."""
+    out = tmp_path / "load.json"
+    res = gpu_load("load", "--ffmpeg", f"ff={ffmpeg_dir}", "--clip", str(clip), "--format", FMT,
+                   "--ks", "1,2", "--steady", "1", "--settle", "0.2", "--variants", "lq1,nocache,start",
+                   "--diag-ks", "2", "--exact-ks", "2", "--exact-frames", "5", "--workdir", str(tmp_path / "w"),
+                   "--json", str(out))
+    assert res.returncode == 0, res.stdout + res.stderr
+    j = json.loads(out.read_text())
+    for k in (1, 2):
+        r = j["scaling"]["ff"][str(k)]
+        assert r["mode"] == "window" and r["failures"] == {} and r["k"] == k
+        assert 0.9 < r["window_s"] < 2 and r["steady_fps"] > 0 and r["window_frames"] > 0
+        assert r["per_process_fps"]["min"] > 0 and r["all_running_s"] > 0 and r["teardown_s"] >= 0
+        assert 0 <= r["sys_ms_per_frame"] <= r["cpu_ms_per_frame"]
+        # stopped by SIGINT: ffmpeg's exit status after a signal, no frame count asked
+        assert all(p["exit"] == 255 and p["failure"] is None for p in r["procs"])
+        assert "-frames:v" not in r["argv"] and r["argv"][r["argv"].index("-stream_loop") + 1] == "-1"
+        # the window's frames are part of what the processes decoded
+        assert r["window_frames"] <= r["frames"]
+    d = j["diagnosis"]
+    assert "limit_queues=1" in d["lq1"]["2"]["argv"][d["lq1"]["2"]["argv"].index("-init_hw_device") + 1]
+    assert d["nocache"]["2"]["mode"] == "window" and d["start"]["2"].get("mode") is None
+    assert d["start"]["2"]["frames"] == 2                       # one frame each, not windowed
+    assert j["exact"]["ff"]["2"]["exact_procs"] == 2
+    assert "load ff scaling, steady fps (all K running): K=1 " in res.stdout
+
+
+def test_window_counts_a_process_that_ends_early(ffmpeg_dir: Path, tmp_path: Path):
+    """A process that exits before it is stopped (here: no such input) is a failure."""
+    gl = load_script("gpu-load")
+    argv = [str(ffmpeg_dir / "bin" / "ffmpeg"), "-v", "error", "-progress", "pipe:1", "-i", str(tmp_path / "none.mov"),
+            "-f", "null", "-"]
+    procs, w = gl.run_window([argv], {}, tmp_path, "x", 0.5, 0.1, 10, 0)
+    r = gl.summarize_window(procs, w)
+    assert r["steady_fps"] is None and r["failures"].get("not_all_running") == 1
+    assert r["failures"].get("exit") == 1 or r["failures"].get("short") == 1
+
+
+def test_vktime_summary_concurrency(tmp_path: Path):
+    """Calls that never overlap across processes (one at a time: concurrency 1) against calls
+    that all run at once (concurrency K)."""
+    gl = load_script("gpu-load")
+    for i in range(4):
+        (tmp_path / f"vk-{i}.json").write_text(json.dumps({
+            "functions": [{"name": "vkCreateDevice", "calls": 1, "total_s": 0.2, "max_s": 0.2},
+                          {"name": "vkCreateComputePipelines", "calls": 2, "total_s": 0.1, "max_s": 0.06}],
+            "timeline": [{"at_s": 0.2 * i, "dur_s": 0.2, "name": "vkCreateDevice", "tid": 1},
+                         {"at_s": 1.0, "dur_s": 0.1, "name": "vkCreateComputePipelines", "tid": 1}]}))
+    s = gl.vktime_summary(sorted(tmp_path.glob("vk-*.json")))
+    f = {x["name"]: x for x in s["functions"]}
+    assert s["processes"] == 4
+    assert f["vkCreateDevice"]["concurrency"] == pytest.approx(1.0)
+    assert f["vkCreateDevice"]["s_per_process"] == pytest.approx(0.2) and f["vkCreateDevice"]["to_s"] == pytest.approx(0.8)
+    assert f["vkCreateComputePipelines"]["concurrency"] == pytest.approx(4.0)
+    assert f["vkCreateComputePipelines"]["calls_per_process"] == 2
 
 
 def test_soak_stops_at_max_time(ffmpeg_dir: Path, clip: Path, tmp_path: Path):
@@ -163,6 +293,8 @@ def test_frames_at_interpolates_progress():
     (["--ks", "a"], "comma-separated integers"),
     (["--variants", "gpu,nosuch"], "unknown variant(s) nosuch"),
     (["--diag-build", "nope"], "--diag-build nope: not one of"),
+    (["--variants", "vkstart"], "variant vkstart needs --vktime"),
+    (["--steady", "-1"], "--steady and --settle take seconds"),
 ])
 def test_load_usage_errors(ffmpeg_dir: Path, clip: Path, args: list[str], message: str):
     res = gpu_load("load", "--ffmpeg", str(ffmpeg_dir), "--clip", str(clip), "--format", FMT, *args)

@@ -301,3 +301,38 @@ def test_workflow_table_puts_modes_side_by_side():
     assert rows[2][-1].startswith("NO (bbbb") and rows[2][5].startswith("skipped")
     assert rows[3][:4] == ["s", "compare", "sw+vk", "5.00 / 24.0 / 9.00"] and rows[3][-1].startswith("yes")
     assert rows[3][4:6] == ["-", "-"]
+
+
+def test_limited_api_check_tells_stable_abi_extensions_apart(tmp_path: Path):
+    """gpu-pack packs build/native-X's extension as _native.abi3.so for the GPU machine's other
+    Python only when it uses no private CPython symbol: the real one (cffi compiles against the
+    limited API) passes, a library calling _PyObject_GC_New (private) does not."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc or not shutil.which("nm"):
+        pytest.skip("needs cc and nm")
+    gp = load_script("gpu-pack")
+    for name, call in (("stable", "_Py_Dealloc(0); Py_IncRef(0);"), ("private", "_PyObject_GC_New(0);")):
+        (tmp_path / f"{name}.c").write_text(f"void _Py_Dealloc(void *); void Py_IncRef(void *);\n"
+                                            f"void *_PyObject_GC_New(void *);\nvoid f(void) {{ {call} }}\n")
+        subprocess.run([cc, "-shared", "-fPIC", "-Wl,--allow-shlib-undefined", "-o", str(tmp_path / f"{name}.so"),
+                        str(tmp_path / f"{name}.c")], check=True)
+    assert gp.limited_api_only(tmp_path / "stable.so")
+    assert not gp.limited_api_only(tmp_path / "private.so")
+    built = sorted((REPO / "build").glob("native-*/_native*.so"))
+    for ext in built:          # what scripts/setup built here, when it did
+        assert gp.limited_api_only(ext), ext
+
+
+def test_dry_run_pack_new_layer(tmp_path: Path):
+    """--new-layer plans Debian 13's validation layer beside Debian 12's (layers-new/)."""
+    gp = load_script("gpu-pack")
+    ffdir = REPO / "build" / "ffmpeg"
+    if not (ffdir / "bin" / "ffmpeg").exists():
+        pytest.skip("no build/ffmpeg")
+    import contextlib
+    import io
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert gp.main(["--out", str(tmp_path / "g"), "--dry-run", "--new-layer", f"ff={ffdir}"]) == 0
+    assert "layers-new/: vulkan-validationlayers of Debian trixie" in buf.getvalue()
+    assert "mallstat/libmallstat.so, libpoolstat.so" in buf.getvalue()

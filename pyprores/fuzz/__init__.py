@@ -76,6 +76,8 @@ VALIDATION_NOISE = (
     "is not supported by this layer",
     "UNASSIGNED-CoreValidation-DrawState-InvalidImageLayout",
     "UNASSIGNED-VkSemaphore-state-timeout",
+    "DebugTypeArray: Component Count must be OpConstant",
+    "should be sub-allocated from larger memory blocks",
 )
 
 #: what marks a sanitizer report in a worker's stderr
@@ -1273,7 +1275,8 @@ def write_reports(report: FuzzReport, out: str | os.PathLike) -> list[Path]:
     if base.suffix in (".json", ".md"):
         base = base.with_suffix("")
     base.parent.mkdir(parents=True, exist_ok=True)
-    j, md = base.with_suffix(".json"), base.with_suffix(".md")
+    # appended, not with_suffix(): "fuzz-9.0.2" keeps its ".2"
+    j, md = base.with_name(base.name + ".json"), base.with_name(base.name + ".md")
     j.write_text(json.dumps(report.to_dict(), indent=1, default=str) + "\n")
     md.write_text(format_markdown(report))
     return [j, md]
