@@ -27,6 +27,7 @@ import importlib.util
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -277,6 +278,23 @@ def faststart_copy(src: Path, out: Path) -> Path:
                     o.mux(p)
     return out
 
+
+
+def prores_mov_claiming(ffmpeg_bin: Path, tmp_path: Path, width: int, height: int) -> Path:
+    """A small prores_ks .mov (two 72x40 HQ frames) whose frame headers claim width x height:
+    a header the decoder must refuse, or a frame it must not allocate blindly."""
+    src = tmp_path / "small.mov"
+    subprocess.run([str(ffmpeg_bin), "-v", "error", "-f", "lavfi", "-i", "testsrc2=s=72x40:r=25",
+                    "-frames:v", "2", "-c:v", "prores_ks", "-profile:v", "3", str(src)], check=True)
+    data = bytearray(src.read_bytes())
+    at = data.find(b"icpf")
+    assert at > 0
+    while at > 0:
+        struct.pack_into(">HH", data, at + 12, width, height)
+        at = data.find(b"icpf", at + 4)
+    out = tmp_path / f"claims-{width}x{height}.mov"
+    out.write_bytes(bytes(data))
+    return out
 
 def write_mpeg4_mov(path: Path) -> Path:
     """A real two-frame video that is not ProRes (MPEG-4 in .mov), written with PyAV."""

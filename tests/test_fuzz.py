@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import KNOWN_LAYER_NOISE
+from conftest import KNOWN_LAYER_NOISE, prores_mov_claiming
 from pyprores import fuzz
 from pyprores.decode import native
 from pyprores.bitstream import parse_frame
@@ -362,17 +362,7 @@ def test_ffmpeg_hwaccel_refuses_huge_header_before_allocating(tmp_path, ffmpeg_b
     before it allocates the frame (series patch 11), so even under a 1.5 GiB
     address-space limit the error is the slice count, not a failed
     allocation of a 16000x16000 Vulkan image."""
-    src = tmp_path / "small.mov"
-    subprocess.run([str(ffmpeg_bin), "-v", "error", "-f", "lavfi", "-i", "testsrc2=s=72x40:r=25",
-                    "-frames:v", "2", "-c:v", "prores_ks", "-profile:v", "3", str(src)], check=True)
-    data = bytearray(src.read_bytes())
-    at = data.find(b"icpf")
-    assert at > 0
-    while at > 0:
-        struct.pack_into(">HH", data, at + 12, 16000, 16000)
-        at = data.find(b"icpf", at + 4)
-    huge = tmp_path / "huge.mov"
-    huge.write_bytes(bytes(data))
+    huge = prores_mov_claiming(ffmpeg_bin, tmp_path, 16000, 16000)
 
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (1536 << 20,) * 2)

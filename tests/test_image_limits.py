@@ -13,13 +13,12 @@ the driver.
 from __future__ import annotations
 
 import os
-import struct
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, vulkan_env
+from conftest import REPO_ROOT, prores_mov_claiming, vulkan_env
 
 BUILDS = {"9.0.2": REPO_ROOT / "build" / "ffmpeg-9.0.2", "master": REPO_ROOT / "build" / "ffmpeg-master"}
 REFUSAL = "exceed the device's largest image dimension"
@@ -32,17 +31,7 @@ def test_frames_beyond_the_device_limit_are_refused_by_hwcontext(tmp_path: Path,
         if os.environ.get("CI"):
             pytest.fail(f"no FFmpeg build at {ff}")
         pytest.skip(f"no FFmpeg build at {ff}")
-    src = tmp_path / "small.mov"
-    subprocess.run([str(ffmpeg_bin), "-v", "error", "-f", "lavfi", "-i", "testsrc2=s=64x64:r=25",
-                    "-frames:v", "2", "-c:v", "prores_ks", "-profile:v", "3", str(src)], check=True)
-    data = bytearray(src.read_bytes())
-    at = data.find(b"icpf")
-    assert at > 0
-    while at > 0:
-        struct.pack_into(">HH", data, at + 12, 20000, 64)
-        at = data.find(b"icpf", at + 4)
-    wide = tmp_path / "wide.mov"
-    wide.write_bytes(bytes(data))
+    wide = prores_mov_claiming(ffmpeg_bin, tmp_path, 20000, 64)
     env = vulkan_env()
     env["LD_LIBRARY_PATH"] = str(ff / "lib")
     res = subprocess.run([str(ff / "bin" / "ffmpeg"), "-hide_banner", "-v", "error",

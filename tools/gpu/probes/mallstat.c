@@ -25,26 +25,9 @@
  */
 
 #define _GNU_SOURCE
-#include <fcntl.h>
 #include <malloc.h>
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
 
-static int out_fd = -1;
-static double interval = 2.0;
-static struct timespec t_load;
-static pthread_mutex_t write_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static double since_load(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (t.tv_sec - t_load.tv_sec) + (t.tv_nsec - t_load.tv_nsec) * 1e-9;
-}
+#include "sampler.h"
 
 static void write_line(void)
 {
@@ -64,46 +47,14 @@ static void write_line(void)
     pthread_mutex_unlock(&write_lock);
 }
 
-static void *sampler(void *arg)
-{
-    struct timespec d = { (time_t)interval, (long)((interval - (time_t)interval) * 1e9) };
-
-    (void)arg;
-    for (;;) {
-        nanosleep(&d, NULL);
-        write_line();
-    }
-    return NULL;
-}
-
 __attribute__((constructor)) static void mallstat_init(void)
 {
-    const char *out = getenv("MALLSTAT_OUT"), *s;
-    pthread_t th;
-    pthread_attr_t attr;
     static const char header[] =
         "t_s,in_use_mib,free_mib,arena_mib,mmap_mib,mmap_chunks,free_chunks,top_mib\n";
 
-    clock_gettime(CLOCK_MONOTONIC, &t_load);
-    if (!out || !*out)
-        return;
-    if ((s = getenv("MALLSTAT_INTERVAL")) && atof(s) >= 0.01)
-        interval = atof(s);
-    out_fd = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (out_fd < 0) {
-        fprintf(stderr, "mallstat: cannot open %s\n", out);
-        return;
-    }
-    if (write(out_fd, header, sizeof(header) - 1) < 0)
-        return;
-    /* children (ffmpeg runs none here) must not inherit the sampler's file */
-    unsetenv("LD_PRELOAD");
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 64 * 1024);
-    if (pthread_create(&th, &attr, sampler, NULL))
-        fprintf(stderr, "mallstat: no sampler thread\n");
-    pthread_attr_destroy(&attr);
+    /* children (ffmpeg runs none here) must not inherit the sampler */
+    if (!sampler_start("mallstat", "MALLSTAT_OUT", "MALLSTAT_INTERVAL", header, write_line))
+        unsetenv("LD_PRELOAD");
 }
 
 __attribute__((destructor)) static void mallstat_fini(void)

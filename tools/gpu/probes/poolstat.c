@@ -33,6 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sampler.h"
+
 typedef struct AVBufferRef AVBufferRef;
 typedef struct AVBufferPool AVBufferPool;
 typedef AVBufferRef *(*alloc_fn)(size_t size);
@@ -53,21 +55,10 @@ typedef struct Pool {
 
 static Pool pools[MAX_POOLS];
 static atomic_int nb_pools;
-static int out_fd = -1;
-static double interval = 2.0;
-static struct timespec t_load;
-static pthread_mutex_t write_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static AVBufferPool *(*real_init)(size_t, alloc_fn);
 static AVBufferPool *(*real_init2)(size_t, void *, alloc2_fn, free_fn);
 static AVBufferRef *(*real_buffer_alloc)(size_t);
-
-static double since_load(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (t.tv_sec - t_load.tv_sec) + (t.tv_nsec - t_load.tv_nsec) * 1e-9;
-}
 
 static void resolve(void)
 {
@@ -186,39 +177,10 @@ static void report(void)
     pthread_mutex_unlock(&write_lock);
 }
 
-static void *sampler(void *arg)
-{
-    struct timespec d = { (time_t)interval, (long)((interval - (time_t)interval) * 1e9) };
-
-    (void)arg;
-    for (;;) {
-        nanosleep(&d, NULL);
-        report();
-    }
-    return NULL;
-}
-
 __attribute__((constructor)) static void poolstat_init(void)
 {
-    static const char header[] = "t_s,pool,creator,size,buffers,mib\n";
-    const char *out = getenv("POOLSTAT_OUT"), *s;
-    pthread_attr_t attr;
-    pthread_t th;
-
-    clock_gettime(CLOCK_MONOTONIC, &t_load);
-    if (!out || !*out)
-        return;
-    if ((s = getenv("POOLSTAT_INTERVAL")) && atof(s) >= 0.01)
-        interval = atof(s);
-    out_fd = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (out_fd < 0 || write(out_fd, header, sizeof(header) - 1) < 0)
-        return;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 64 * 1024);
-    if (pthread_create(&th, &attr, sampler, NULL))
-        fprintf(stderr, "poolstat: no sampler thread\n");
-    pthread_attr_destroy(&attr);
+    sampler_start("poolstat", "POOLSTAT_OUT", "POOLSTAT_INTERVAL", "t_s,pool,creator,size,buffers,mib\n",
+                  report);
 }
 
 __attribute__((destructor)) static void poolstat_fini(void)
