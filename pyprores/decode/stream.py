@@ -376,7 +376,8 @@ class StreamDecoder(native.Closeable):
                  *, reuse_buffers: bool | dict[str, np.ndarray] = False,
                  codec_tag: native.CodecTag | None = None, err_detect: bool = True,
                  prefetch: int = 2, download_thread: bool = False,
-                 gpu_download: bool | None = None, output: str = "numpy") -> None:
+                 gpu_download: bool | None = None, output: str = "numpy",
+                 _pump: str | None = None) -> None:
         if int(max_in_flight) < 1:
             raise ValueError(f"max_in_flight must be >= 1, not {max_in_flight}")
         if output not in ("numpy", "cuda"):
@@ -410,6 +411,21 @@ class StreamDecoder(native.Closeable):
         if output == "cuda":
             self._gpu = False
             self.download = "cuda"
+        # The pump (pyprores.decode.cuda.pump_frames): a thread of the C library's own
+        # sends, receives and starts the copies. CUDA output uses it unless
+        # _pump="off" (the loop on this thread) or prefetch=0 (the source is iterated
+        # on this thread); _pump="host" or "none" run it for numpy-less measurements
+        # and tests (host buffers per frame, or no copy at all).
+        if _pump not in (None, "off", "cuda", "host", "none") or \
+                (_pump in ("host", "none") and (output != "numpy" or backend != "vulkan")) or \
+                (_pump == "cuda" and output != "cuda"):
+            raise ValueError(f"_pump={_pump!r} does not fit output={output!r}, backend={backend!r}")
+        #: the pump's sink ("cuda", "host", "none"), or None: frames decoded on this thread
+        self.pump: str | None = ("cuda" if output == "cuda" and _pump != "off" and prefetch
+                                 else _pump if _pump in ("host", "none") else None)
+        self._pump: Any = None
+        self._pump_stats: dict[str, int] | None = None
+        self._build_ns = 0
         self.backend = backend
         self.max_in_flight = int(max_in_flight)
         self._source: Any = None
@@ -503,6 +519,14 @@ class StreamDecoder(native.Closeable):
         received; an error of the decoder comes after the frames before it."""
         L = native.lib
         ptr = self._session._live()
+        if self.pump is not None:
+            from .cuda import pump_frames
+            try:
+                yield from pump_frames(self, ptr, self.pump, max(self.prefetch, 1) + 2)
+            finally:
+                if self._session is not None and self._session._ptr is not None:
+                    L.ppr_stream_reset(self._session._ptr)
+            return
         pending: deque[_Download] = deque()
         self._downloader = _Downloader() if self.download_thread and not self._gpu else None
         depth = _DEPTH
@@ -823,6 +847,25 @@ class StreamDecoder(native.Closeable):
             else "progressive")
         self._count += 1
         return frame
+
+    def stats(self) -> dict[str, int] | None:
+        """Where the pump's time went so far (None without a pump): frames,
+        packets, and nanoseconds summed over them: ``input_ns`` (waiting for
+        packets), ``send_ns``, ``receive_ns`` (the decoder's calls, its waits
+        included), ``buffer_ns`` (finding or making a buffer), ``copy_ns``
+        (submitting the GPU copy), ``output_ns`` (the pump waiting for the
+        caller), ``next_wait_ns`` (the caller waiting for the pump),
+        ``thread_cpu_ns`` (the pump thread's CPU, at its end), ``build_ns``
+        (this thread making the frame objects)."""
+        if self._pump is not None:
+            from .cuda import _stats
+            st = _stats(self._pump)
+        elif self._pump_stats is not None:
+            st = dict(self._pump_stats)
+        else:
+            return None
+        st["build_ns"] = self._build_ns
+        return st
 
     # -- lifetime -----------------------------------------------------------
 
