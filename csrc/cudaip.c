@@ -23,13 +23,16 @@
  * before the tensor was dropped still reads.
  */
 #include <dlfcn.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <libavcodec/avcodec.h>
 #include <libavutil/buffer.h>
+#include <libavutil/common.h>
 #include <libavutil/frame.h>
 #include <libavutil/hwcontext.h>
 #include <libavutil/hwcontext_vulkan.h>
@@ -899,7 +902,22 @@ struct ppr_pump {
     uint64_t seq;
     int n_sent, n_recv;
     ppr_pump_stats mine;        /* copied into st as entries are queued */
+    /* helpers of ppr_pump_push_data's copies */
+    pthread_t copier[7];
+    int nb_copiers;
+    pthread_mutex_t copy_lock;  /* the fields below */
+    pthread_cond_t copy_go, copy_done;
+    const uint8_t *copy_src;
+    uint8_t *copy_dst;
+    size_t copy_size, copy_chunk;
+    unsigned copy_gen;
+    int copy_pending, copy_quit;
 };
+
+typedef struct pump_copier_arg {
+    ppr_pump *p;
+    int index;
+} pump_copier_arg;
 
 static uint64_t now_ns(void)
 {
@@ -1176,6 +1194,110 @@ out:
     return NULL;
 }
 
+/* A helper of the copies: piece index + 1 of each packet. */
+static void *pump_copier_run(void *arg)
+{
+    pump_copier_arg *a = arg;
+    ppr_pump *p = a->p;
+    int index = a->index;
+    unsigned seen = 0;
+
+    free(a);
+    pthread_mutex_lock(&p->copy_lock);
+    for (;;) {
+        size_t off, len;
+        while (p->copy_gen == seen && !p->copy_quit)
+            pthread_cond_wait(&p->copy_go, &p->copy_lock);
+        if (p->copy_quit)
+            break;
+        seen = p->copy_gen;
+        off = (size_t)(index + 1) * p->copy_chunk;
+        len = off >= p->copy_size ? 0 : FFMIN(p->copy_chunk, p->copy_size - off);
+        if (index + 1 == p->nb_copiers && off < p->copy_size)
+            len = p->copy_size - off;       /* the last piece takes the rest */
+        pthread_mutex_unlock(&p->copy_lock);
+        if (len)
+            memcpy(p->copy_dst + off, p->copy_src + off, len);
+        pthread_mutex_lock(&p->copy_lock);
+        if (!--p->copy_pending)
+            pthread_cond_signal(&p->copy_done);
+    }
+    pthread_mutex_unlock(&p->copy_lock);
+    return NULL;
+}
+
+int ppr_pump_copiers(ppr_pump *p, int n)
+{
+    if (!p)
+        return 0;
+    if (n < 0) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        n = cpus >= 8 ? (int)FFMIN(cpus / 4, 3) : 0;
+    }
+    n = FFMIN(n, 7);
+    pthread_mutex_lock(&p->copy_lock);
+    while (p->nb_copiers < n) {
+        pump_copier_arg *a = malloc(sizeof(*a));
+        if (!a)
+            break;
+        a->p = p;
+        a->index = p->nb_copiers;
+        if (pthread_create(&p->copier[p->nb_copiers], NULL, pump_copier_run, a)) {
+            free(a);
+            break;
+        }
+        p->nb_copiers++;
+    }
+    n = p->nb_copiers;
+    pthread_mutex_unlock(&p->copy_lock);
+    return n;
+}
+
+/* memcpy, in nb_copiers + 1 pieces at once when it is large */
+static void pump_copy(ppr_pump *p, uint8_t *dst, const uint8_t *src, size_t size)
+{
+    size_t chunk;
+
+    if (!p->nb_copiers || size < (1 << 20)) {
+        memcpy(dst, src, size);
+        return;
+    }
+    chunk = (size / (p->nb_copiers + 1) + 63) & ~(size_t)63;
+    pthread_mutex_lock(&p->copy_lock);
+    p->copy_src = src;
+    p->copy_dst = dst;
+    p->copy_size = size;
+    p->copy_chunk = chunk;
+    p->copy_pending = p->nb_copiers;
+    p->copy_gen++;
+    pthread_cond_broadcast(&p->copy_go);
+    pthread_mutex_unlock(&p->copy_lock);
+    memcpy(dst, src, FFMIN(chunk, size));
+    pthread_mutex_lock(&p->copy_lock);
+    while (p->copy_pending)
+        pthread_cond_wait(&p->copy_done, &p->copy_lock);
+    pthread_mutex_unlock(&p->copy_lock);
+}
+
+int ppr_pump_push_data(ppr_pump *p, const uint8_t *data, size_t size, int64_t pts)
+{
+    ppr_packet *pkt;
+
+    if (!p || (size && !data) || size > INT_MAX - AV_INPUT_BUFFER_PADDING_SIZE)
+        return ppr__fail(PPR_EINVAL, "ppr_pump_push_data: no pump, no data or too large");
+    if (!(pkt = calloc(1, sizeof(*pkt))) || !(pkt->av = av_packet_alloc()) ||
+        av_new_packet(pkt->av, (int)size) < 0) {   /* the padding zeroed */
+        if (pkt)
+            av_packet_free(&pkt->av);
+        free(pkt);
+        return ppr__fail(PPR_ENOMEM, "out of memory");
+    }
+    if (size)
+        pump_copy(p, pkt->av->data, data, size);
+    pkt->av->pts = pts;
+    return ppr_pump_push(p, pkt);
+}
+
 int ppr_pump_open(ppr_pump **out, ppr_session *s, ppr_cuda *c, int sink, ppr_reader *reader,
                   uint32_t tag, int depth)
 {
@@ -1204,6 +1326,9 @@ int ppr_pump_open(ppr_pump **out, ppr_session *s, ppr_cuda *c, int sink, ppr_rea
     p->in_cap = p->out_cap = depth;
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->cond, NULL);
+    pthread_mutex_init(&p->copy_lock, NULL);
+    pthread_cond_init(&p->copy_go, NULL);
+    pthread_cond_init(&p->copy_done, NULL);
     if (sink == PPR_PUMP_CUDA) {
         p->c = c;
         __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
@@ -1314,6 +1439,15 @@ void ppr_pump_free(ppr_pump *p)
     if (!p)
         return;
     ppr_pump_stop(p);
+    pthread_mutex_lock(&p->copy_lock);
+    p->copy_quit = 1;
+    pthread_cond_broadcast(&p->copy_go);
+    pthread_mutex_unlock(&p->copy_lock);
+    for (i = 0; i < p->nb_copiers; i++)
+        pthread_join(p->copier[i], NULL);
+    pthread_cond_destroy(&p->copy_go);
+    pthread_cond_destroy(&p->copy_done);
+    pthread_mutex_destroy(&p->copy_lock);
     for (i = 0; i < p->out_count; i++)
         pump_entry_release(&p->out[(p->out_head + i) % p->out_cap]);
     for (i = 0; i < p->in_count; i++)

@@ -695,6 +695,17 @@ int ppr_pump_open(ppr_pump **out, ppr_session *session, ppr_cuda *cuda, int sink
  * stopped (the packet freed). Any thread. */
 int ppr_pump_push(ppr_pump *pump, ppr_packet *packet);
 
+/* ppr_pump_push of a packet made here: the padded copy of `size` bytes at
+ * `data` with `pts`, which helper threads of the pump (ppr_pump_copiers) make
+ * in pieces at once; `data` is not used once the call returns. 1, 0 once the
+ * pump stopped, PPR_ENOMEM or PPR_EINVAL. Any thread, one at a time. */
+int ppr_pump_push_data(ppr_pump *pump, const uint8_t *data, size_t size, int64_t pts);
+
+/* Start `n` helper threads (0..7; -1: one per 4 CPUs, at most 3) that share
+ * the copies of ppr_pump_push_data (a packet of 1 MiB or more is split into
+ * n + 1 pieces); before the first push. Returns the number started. */
+int ppr_pump_copiers(ppr_pump *pump, int n);
+
 /* The next frame (1), the end (0) or an error (< 0, ppr_pump_error), waiting
  * (no GIL) until one is ready. */
 int ppr_pump_next(ppr_pump *pump, ppr_pump_frame *out);

@@ -631,8 +631,18 @@ static int pump_checks(ppr_session *s, ppr_session *ref, const char *mov, const 
         ret = ppr_stream_config(s, 1, PPR_STREAM_ERR_DETECT);
         ret = ret < 0 ? ret : ppr_pump_open(&p, s, NULL, PPR_PUMP_NONE, NULL, tag, 4);
         if (ret == 0) {
-            ppr_pump_push(p, ppr_packet_new(data, (size_t)packet_at(data, size, 0), 0));
-            ppr_pump_push(p, ppr_packet_new(junk, sizeof(junk), 1));
+            /* the first packet copied by the pump, in pieces where it is large */
+            size_t big = 2 << 20;
+            uint8_t *copy = calloc(1, big);
+            CHECK(ppr_pump_copiers(p, 3) == 3, "pump copiers");
+            CHECK(ppr_pump_push_data(p, data, (size_t)packet_at(data, size, 0), 0) == 1,
+                  "push data");
+            if (copy) {     /* 2 MiB: split over the copiers, then refused as not ProRes */
+                memcpy(copy, junk, sizeof(junk));
+                CHECK(ppr_pump_push_data(p, copy, big, 1) == 1, "push 2 MiB");
+                free(copy);
+            }
+            ppr_pump_push(p, ppr_packet_new(junk, sizeof(junk), 2));
             ppr_pump_push(p, NULL);
             n = 0;
             while ((ret = ppr_pump_next(p, &f)) == 1)

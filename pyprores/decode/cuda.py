@@ -192,18 +192,20 @@ SINKS = {"none": 0, "cuda": 1, "host": 2}   # PPR_PUMP_NONE, _CUDA, _HOST
 
 
 class _Feeder:
-    """Iterates a packet source on a thread of its own, makes each packet's
-    padded copy (``ppr_packet_new``, no GIL) and pushes it into the pump
-    (``ppr_pump_push``, which blocks without the GIL while the pump's input
-    is full). The source's error is kept for the caller (raised after the
-    frames of the packets before it); the source's generator is closed in
-    this thread."""
+    """Iterates a packet source on a thread of its own and pushes each packet
+    into the pump (``ppr_pump_push_data``: the padded copy FFmpeg needs, made
+    by ``copiers`` + 1 threads at once, without the GIL; it blocks, still
+    without the GIL, while the pump's input is full). The source's error is
+    kept for the caller (raised after the frames of the packets before it);
+    the source's generator is closed in this thread."""
 
-    def __init__(self, packets: Any, pump: Any) -> None:
+    def __init__(self, packets: Any, pump: Any, copiers: int = -1) -> None:
         import threading
         self._packets, self._pump = packets, pump
         self.error: BaseException | None = None
         self._stopping = False
+        #: helper threads that share each packet's copy
+        self.copiers = int(native.lib.ppr_pump_copiers(pump, copiers))
         self._thread = threading.Thread(target=self._run, name="pyprores-prefetch", daemon=True)
         self._thread.start()
 
@@ -218,11 +220,11 @@ class _Feeder:
                     return
                 data, pts = item if isinstance(item, tuple) else (item, None)
                 buf, size = native._buffer(data)
-                handle = L.ppr_packet_new(buf, size, _NOPTS if pts is None else int(pts))
+                rc = L.ppr_pump_push_data(self._pump, buf, size, _NOPTS if pts is None else int(pts))
                 buf = data = item = None
-                if handle == ffi.NULL:
-                    raise MemoryError(ffi.string(L.ppr_last_error(ffi.NULL)).decode(errors="replace"))
-                if not L.ppr_pump_push(self._pump, handle):   # the pump took it (or freed it)
+                if rc < 0:
+                    native._raise(rc)
+                if rc == 0:   # the pump stopped
                     return
         except DecodeError as e:   # truncated or unreadable: after the packets before it
             e.__traceback__ = None   # PyAV packets must not outlive their container
@@ -283,7 +285,7 @@ def pump_frames(dec: Any, ptr: Any, sink: str, depth: int) -> Any:
     pump = out[0]
     dec._pump = pump
     dec._count = 0
-    feeder = _Feeder(iter(dec._packets), pump) if dec._reader is None else None
+    feeder = _Feeder(iter(dec._packets), pump, dec._pump_copiers) if dec._reader is None else None
     f = ffi.new("ppr_pump_frame *")
     device_id = dec._cuda.device_id if sink == "cuda" else -1
     names = PLANE_NAMES

@@ -425,6 +425,7 @@ class StreamDecoder(native.Closeable):
                                  else _pump if _pump in ("host", "none") else None)
         self._pump: Any = None
         self._pump_stats: dict[str, int] | None = None
+        self._pump_copiers = -1   # threads sharing a pushed packet's copy (-1: by the CPUs)
         self._build_ns = 0
         self.backend = backend
         self.max_in_flight = int(max_in_flight)
