@@ -981,6 +981,18 @@ static void pump_post_error(ppr_pump *p, int code, int index, const char *msg)
     pump_post(p, &e);
 }
 
+/* Let go of b's decoded frame once its copy ended (no wait): the decoder's
+ * images are not held by buffers that frames or tensors keep. */
+static void buffer_poll(ppr_cuda_buffer *b)
+{
+    pthread_mutex_lock(&b->lock);
+    if (b->pending && b->c->vk.WaitForFences(b->c->dev, 1, &b->fence, VK_TRUE, 0) == VK_SUCCESS) {
+        b->pending = 0;
+        av_frame_free(&b->frame);
+    }
+    pthread_mutex_unlock(&b->lock);
+}
+
 /* A CUDA buffer of `size` bytes nothing holds (the least recently used), or a
  * new one; the reference returned is the caller's. */
 static ppr_cuda_buffer *pump_cuda_buffer(ppr_pump *p, size_t size)
@@ -990,6 +1002,7 @@ static ppr_cuda_buffer *pump_cuda_buffer(ppr_pump *p, size_t size)
 
     for (i = 0; i < p->nb_pool; i++) {
         int free_now = __atomic_load_n(&p->pool[i]->refs, __ATOMIC_ACQUIRE) == 1;
+        buffer_poll(p->pool[i]);
         if (p->pool[i]->size != size) {
             if (free_now) {         /* of another frame size: let it go */
                 buffer_unref(p->pool[i]);
