@@ -285,13 +285,15 @@ def pump_frames(dec: Any, ptr: Any, sink: str, depth: int) -> Any:
     pump = out[0]
     dec._pump = pump
     dec._count = 0
-    feeder = _Feeder(iter(dec._packets), pump, dec._pump_copiers) if dec._reader is None else None
+    feeder = None
     f = ffi.new("ppr_pump_frame *")
     device_id = dec._cuda.device_id if sink == "cuda" else -1
     names = PLANE_NAMES
     build_ns = 0
     perf = time.perf_counter_ns
     try:
+        if dec._reader is None:
+            feeder = _Feeder(iter(dec._packets), pump, dec._pump_copiers)
         while True:
             rc = L.ppr_pump_next(pump, f)   # the GIL released while it waits
             if rc != 1:
