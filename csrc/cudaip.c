@@ -912,6 +912,9 @@ struct ppr_pump {
     size_t copy_size, copy_chunk;
     unsigned copy_gen;
     int copy_pending, copy_quit;
+    AVBufferPool *pkt_pool;     /* ppr_pump_push_data's packet buffers, reused */
+    size_t pkt_pool_size;
+    int exact_packets;          /* software: a packet's buffer is its data and padding */
 };
 
 typedef struct pump_copier_arg {
@@ -1295,18 +1298,43 @@ static void pump_copy(ppr_pump *p, uint8_t *dst, const uint8_t *src, size_t size
 int ppr_pump_push_data(ppr_pump *p, const uint8_t *data, size_t size, int64_t pts)
 {
     ppr_packet *pkt;
+    AVBufferRef *buf = NULL;
 
-    if (!p || (size && !data) || size > INT_MAX - AV_INPUT_BUFFER_PADDING_SIZE)
+    if (!p || (size && !data) || size > INT_MAX - AV_INPUT_BUFFER_PADDING_SIZE - (1 << 18))
         return ppr__fail(PPR_EINVAL, "ppr_pump_push_data: no pump, no data or too large");
+    /* The packet's memory comes from a pool of buffers that the decoder gives
+     * back once done with them: a fresh 4 MB allocation per packet faults in
+     * every page (and zeroes it) each time. The pool's buffers are the
+     * largest packet so far rounded up to 256 KiB, plus the padding; a
+     * larger packet starts a new pool (the old one goes with its last buffer).
+     * Not on the software backend, which finds a corrupt frame's concealed
+     * slices in its packet's buffer, taken to be the packet and its padding. */
+    if (p->exact_packets) {
+        ppr_packet *exact = ppr_packet_new(data, size, pts);
+        return exact ? ppr_pump_push(p, exact) : PPR_ENOMEM;
+    }
+    if (size + AV_INPUT_BUFFER_PADDING_SIZE > p->pkt_pool_size) {
+        size_t want = ((size + AV_INPUT_BUFFER_PADDING_SIZE + (1 << 18) - 1) >> 18) << 18;
+        AVBufferPool *pool = av_buffer_pool_init(want, NULL);
+        if (!pool)
+            return ppr__fail(PPR_ENOMEM, "out of memory");
+        av_buffer_pool_uninit(&p->pkt_pool);
+        p->pkt_pool = pool;
+        p->pkt_pool_size = want;
+    }
     if (!(pkt = calloc(1, sizeof(*pkt))) || !(pkt->av = av_packet_alloc()) ||
-        av_new_packet(pkt->av, (int)size) < 0) {   /* the padding zeroed */
+        !(buf = av_buffer_pool_get(p->pkt_pool))) {
         if (pkt)
             av_packet_free(&pkt->av);
         free(pkt);
         return ppr__fail(PPR_ENOMEM, "out of memory");
     }
+    pkt->av->buf = buf;
+    pkt->av->data = buf->data;
+    pkt->av->size = (int)size;
     if (size)
-        pump_copy(p, pkt->av->data, data, size);
+        pump_copy(p, buf->data, data, size);
+    memset(buf->data + size, 0, AV_INPUT_BUFFER_PADDING_SIZE);
     pkt->av->pts = pts;
     return ppr_pump_push(p, pkt);
 }
@@ -1333,6 +1361,7 @@ int ppr_pump_open(ppr_pump **out, ppr_session *s, ppr_cuda *c, int sink, ppr_rea
         return ppr__fail(PPR_ENOMEM, "out of memory");
     }
     p->s = s;
+    p->exact_packets = !strcmp(ppr_backend(s), "software");
     p->sink = sink;
     p->reader = reader;
     p->tag = tag;
@@ -1461,6 +1490,7 @@ void ppr_pump_free(ppr_pump *p)
     pthread_cond_destroy(&p->copy_go);
     pthread_cond_destroy(&p->copy_done);
     pthread_mutex_destroy(&p->copy_lock);
+    av_buffer_pool_uninit(&p->pkt_pool);   /* freed once the decoder let go of the last */
     for (i = 0; i < p->out_count; i++)
         pump_entry_release(&p->out[(p->out_head + i) % p->out_cap]);
     for (i = 0; i < p->in_count; i++)
