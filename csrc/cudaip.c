@@ -23,12 +23,16 @@
  * before the tensor was dropped still reads.
  */
 #include <dlfcn.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <libavcodec/avcodec.h>
 #include <libavutil/buffer.h>
+#include <libavutil/common.h>
 #include <libavutil/frame.h>
 #include <libavutil/hwcontext.h>
 #include <libavutil/hwcontext_vulkan.h>
@@ -243,6 +247,7 @@ struct ppr_cuda_buffer {
     int pending;                    /* a copy submitted, its fence not waited for */
     AVFrame *frame;                 /* the copied frame, held until its copy ended */
     uint64_t ready_value;           /* the value of c->ready its copy signals */
+    uint64_t legacy_waited;         /* the value CUDA's legacy stream was made to wait for */
     CUevent events[MAX_EVENTS];     /* recorded by tensors' deleters, waited for by the next copy */
     int nb_events, nb_recorded;
 };
@@ -734,25 +739,19 @@ static void tensor_release(dl_ctx *x)
 static void delete_managed(dl_managed *m) { tensor_release(m->manager_ctx); }
 static void delete_managed_v(dl_managed_v *m) { tensor_release(m->manager_ctx); }
 
-void *ppr_cuda_dlpack(ppr_cuda_buffer *b, const ppr_plane *plane, intptr_t stream, int versioned)
+/* A tensor of the `height` x `width` samples at device pointer `start` (rows
+ * `stride` bytes apart) inside b, whose stream waits for b's copy. */
+static void *dlpack_make(ppr_cuda_buffer *b, uint64_t start, int height, int width,
+                         ptrdiff_t stride, intptr_t stream, int versioned)
 {
-    ppr_cuda *c;
+    ppr_cuda *c = b->c;
     dl_ctx *x;
     dl_tensor *t;
     CUcontext old;
     CUresult r;
-    uint64_t start;
 
-    ppr__clear_error();
-    if (!b || !plane || !plane->data || plane->width <= 0 || plane->height <= 0 ||
-        plane->stride < (ptrdiff_t)plane->width * 2 || (plane->stride & 1)) {
-        ppr__fail(PPR_EINVAL, "ppr_cuda_dlpack: no buffer, or a bad plane");
-        return NULL;
-    }
-    c = b->c;
-    start = (uint64_t)(uintptr_t)plane->data;
-    if (start < b->ptr || start + (uint64_t)plane->stride * (plane->height - 1) +
-        (uint64_t)plane->width * 2 > b->ptr + b->size) {
+    if (start < b->ptr || start + (uint64_t)stride * (height - 1) +
+        (uint64_t)width * 2 > b->ptr + b->size) {
         ppr__fail(PPR_EINVAL, "ppr_cuda_dlpack: the plane is not inside the buffer");
         return NULL;
     }
@@ -760,32 +759,46 @@ void *ppr_cuda_dlpack(ppr_cuda_buffer *b, const ppr_plane *plane, intptr_t strea
         ppr__fail(PPR_ENOMEM, "out of memory");
         return NULL;
     }
-    /* the consumer's stream waits for the copy (DLPack: -1 asks for no synchronisation) */
+    /* the consumer's stream waits for the copy (DLPack: -1 asks for no synchronisation).
+     * The legacy default stream (0, 1) is one stream for the whole context and is never
+     * destroyed: once it waited for this copy, work queued on it later is behind that
+     * wait, so the frame's other planes need none. A stream of the caller's own is
+     * waited on each time (its handle may be another stream's by the next call). */
     if (stream != -1) {
         cu_ext_sem_wait_params w;
+        int legacy = stream == 0 || stream == 1, skip;
         memset(&w, 0, sizeof(w));
         pthread_mutex_lock(&b->lock);
         w.params.fence.value = b->ready_value;
+        skip = legacy && b->legacy_waited && b->legacy_waited == b->ready_value;
         pthread_mutex_unlock(&b->lock);
-        if ((r = g_cu.CtxPushCurrent(c->ctx))) {
-            free(x);
-            cu_fail(r, "cuCtxPushCurrent");
-            return NULL;
-        }
-        r = g_cu.WaitExternalSemaphoresAsync(&c->cu_ready, &w, 1, (CUstream)stream);
-        g_cu.CtxPopCurrent(&old);
-        if (r) {
-            free(x);
-            cu_fail(r, "cuWaitExternalSemaphoresAsync");
-            return NULL;
+        if (!skip) {
+            if ((r = g_cu.CtxPushCurrent(c->ctx))) {
+                free(x);
+                cu_fail(r, "cuCtxPushCurrent");
+                return NULL;
+            }
+            r = g_cu.WaitExternalSemaphoresAsync(&c->cu_ready, &w, 1, (CUstream)stream);
+            g_cu.CtxPopCurrent(&old);
+            if (r) {
+                free(x);
+                cu_fail(r, "cuWaitExternalSemaphoresAsync");
+                return NULL;
+            }
+            if (legacy) {
+                pthread_mutex_lock(&b->lock);
+                if (b->ready_value == w.params.fence.value)
+                    b->legacy_waited = w.params.fence.value;
+                pthread_mutex_unlock(&b->lock);
+            }
         }
     }
     __atomic_add_fetch(&b->refs, 1, __ATOMIC_ACQ_REL);
     x->b = b;
     x->stream = (CUstream)stream;
-    x->shape[0] = plane->height;
-    x->shape[1] = plane->width;
-    x->strides[0] = plane->stride / 2;
+    x->shape[0] = height;
+    x->shape[1] = width;
+    x->strides[0] = stride / 2;
     x->strides[1] = 1;
     if (versioned) {
         x->t.v.version = (dl_version) { 1, 0 };
@@ -807,6 +820,29 @@ void *ppr_cuda_dlpack(ppr_cuda_buffer *b, const ppr_plane *plane, intptr_t strea
     return &x->t;
 }
 
+void *ppr_cuda_dlpack(ppr_cuda_buffer *b, const ppr_plane *plane, intptr_t stream, int versioned)
+{
+    ppr__clear_error();
+    if (!b || !plane || !plane->data || plane->width <= 0 || plane->height <= 0 ||
+        plane->stride < (ptrdiff_t)plane->width * 2 || (plane->stride & 1)) {
+        ppr__fail(PPR_EINVAL, "ppr_cuda_dlpack: no buffer, or a bad plane");
+        return NULL;
+    }
+    return dlpack_make(b, (uint64_t)(uintptr_t)plane->data, plane->height, plane->width,
+                       plane->stride, stream, versioned);
+}
+
+void *ppr_cuda_dlpack_at(ppr_cuda_buffer *b, uint64_t ptr, int height, int width,
+                         intptr_t stream, int versioned)
+{
+    ppr__clear_error();
+    if (!b || !ptr || width <= 0 || height <= 0) {
+        ppr__fail(PPR_EINVAL, "ppr_cuda_dlpack_at: no buffer, or a bad plane");
+        return NULL;
+    }
+    return dlpack_make(b, ptr, height, width, (ptrdiff_t)width * 2, stream, versioned);
+}
+
 void ppr_dlpack_delete(void *managed, int versioned)
 {
     if (!managed)
@@ -820,4 +856,652 @@ void ppr_dlpack_delete(void *managed, int versioned)
         if (m->deleter)
             m->deleter(m);
     }
+}
+
+/* ------------------------------------------------------------------------ */
+/* The pump: a thread of the library's own sends packets, receives frames and
+ * starts their copies, so that the caller's thread (Python's, with the GIL)
+ * only takes frames that are ready. See pyprores.h.                         */
+
+#define PUMP_POOL 16            /* CUDA buffers kept for reuse */
+#define PUMP_ALIGN_CUDA 256     /* plane offsets in a CUDA buffer */
+#define PUMP_ALIGN_HOST 4096    /* and in a host buffer */
+
+enum { PUMP_END = 0, PUMP_FRAME = 1 };
+
+typedef struct pump_entry {
+    int kind;                   /* PUMP_FRAME, PUMP_END, or an error code */
+    ppr_pump_frame f;
+    char msg[PPR_MSG_SIZE];
+} pump_entry;
+
+struct ppr_pump {
+    ppr_session *s;
+    ppr_cuda *c;
+    ppr_reader *reader;
+    int sink;
+    uint32_t tag;
+    pthread_t thread;
+    int started, joined;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;        /* any change of the queues, or stop */
+    int stop;
+    int done;                   /* the thread queued its last entry (or stopped) */
+    /* packets pushed, not yet taken by the thread */
+    ppr_packet **in;
+    int in_cap, in_head, in_count, in_end;
+    /* entries ready for ppr_pump_next */
+    pump_entry *out;
+    int out_cap, out_head, out_count;
+    char err[PPR_MSG_SIZE];
+    ppr_pump_stats st;          /* under lock */
+    /* the thread's own */
+    ppr_cuda_buffer *pool[PUMP_POOL];
+    uint64_t used[PUMP_POOL];
+    int nb_pool;
+    uint64_t seq;
+    int n_sent, n_recv;
+    ppr_pump_stats mine;        /* copied into st as entries are queued */
+    /* helpers of ppr_pump_push_data's copies */
+    pthread_t copier[7];
+    int nb_copiers;
+    pthread_mutex_t copy_lock;  /* the fields below */
+    pthread_cond_t copy_go, copy_done;
+    const uint8_t *copy_src;
+    uint8_t *copy_dst;
+    size_t copy_size, copy_chunk;
+    unsigned copy_gen;
+    int copy_pending, copy_quit;
+    AVBufferPool *pkt_pool;     /* ppr_pump_push_data's packet buffers, reused */
+    size_t pkt_pool_size;
+    int exact_packets;          /* software: a packet's buffer is its data and padding */
+};
+
+typedef struct pump_copier_arg {
+    ppr_pump *p;
+    int index;
+} pump_copier_arg;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+static void pump_entry_release(pump_entry *e)
+{
+    if (e->kind != PUMP_FRAME)
+        return;
+    if (e->f.cuda)
+        buffer_unref(e->f.cuda);
+    if (e->f.host)
+        ppr_host_buffer_free(e->f.host);
+    e->f.cuda = NULL;
+    e->f.host = NULL;
+}
+
+/* Queue an entry for the caller, waiting for room: 0, or -1 when stopping
+ * (the entry released). */
+static int pump_post(ppr_pump *p, pump_entry *e)
+{
+    uint64_t t0 = now_ns();
+
+    pthread_mutex_lock(&p->lock);
+    while (p->out_count == p->out_cap && !p->stop)
+        pthread_cond_wait(&p->cond, &p->lock);
+    p->mine.output_ns += now_ns() - t0;
+    if (p->stop) {
+        pthread_mutex_unlock(&p->lock);
+        pump_entry_release(e);
+        return -1;
+    }
+    p->out[(p->out_head + p->out_count) % p->out_cap] = *e;
+    p->out_count++;
+    if (e->kind == PUMP_FRAME)
+        p->mine.frames++;
+    p->mine.next_wait_ns = p->st.next_wait_ns;   /* the caller's own counter */
+    p->st = p->mine;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+    return 0;
+}
+
+/* Queue the error `code` about packet or frame `index`, with the session's
+ * message (else this thread's). */
+static void pump_post_error(ppr_pump *p, int code, int index, const char *msg)
+{
+    pump_entry e;
+    memset(&e, 0, sizeof(e));
+    e.kind = code;
+    e.f.index = index;
+    if (!msg || !*msg) {
+        msg = ppr_last_error(p->s);
+        if (!msg || !*msg)
+            msg = ppr_last_error(NULL);
+    }
+    snprintf(e.msg, sizeof(e.msg), "%s", msg ? msg : "");
+    pump_post(p, &e);
+}
+
+/* Let go of b's decoded frame once its copy ended (no wait): the decoder's
+ * images are not held by buffers that frames or tensors keep. */
+static void buffer_poll(ppr_cuda_buffer *b)
+{
+    pthread_mutex_lock(&b->lock);
+    if (b->pending && b->c->vk.WaitForFences(b->c->dev, 1, &b->fence, VK_TRUE, 0) == VK_SUCCESS) {
+        b->pending = 0;
+        av_frame_free(&b->frame);
+    }
+    pthread_mutex_unlock(&b->lock);
+}
+
+/* A CUDA buffer of `size` bytes nothing holds (the least recently used), or a
+ * new one; the reference returned is the caller's. */
+static ppr_cuda_buffer *pump_cuda_buffer(ppr_pump *p, size_t size)
+{
+    ppr_cuda_buffer *b;
+    int i, best = -1;
+
+    for (i = 0; i < p->nb_pool; i++) {
+        int free_now = __atomic_load_n(&p->pool[i]->refs, __ATOMIC_ACQUIRE) == 1;
+        buffer_poll(p->pool[i]);
+        if (p->pool[i]->size != size) {
+            if (free_now) {         /* of another frame size: let it go */
+                buffer_unref(p->pool[i]);
+                p->pool[i] = p->pool[p->nb_pool - 1];
+                p->used[i] = p->used[p->nb_pool - 1];
+                p->nb_pool--;
+                i--;
+            }
+            continue;
+        }
+        if (free_now && (best < 0 || p->used[i] < p->used[best]))
+            best = i;
+    }
+    if (best >= 0) {
+        p->used[best] = ++p->seq;
+        __atomic_add_fetch(&p->pool[best]->refs, 1, __ATOMIC_ACQ_REL);
+        return p->pool[best];
+    }
+    if (!(b = ppr_cuda_buffer_new(p->c, size)))
+        return NULL;
+    p->mine.buffers_made++;
+    if (p->nb_pool < PUMP_POOL) {   /* kept: the pool's reference and the caller's */
+        p->pool[p->nb_pool] = b;
+        p->used[p->nb_pool++] = ++p->seq;
+        __atomic_add_fetch(&b->refs, 1, __ATOMIC_ACQ_REL);
+    }
+    return b;
+}
+
+/* Receive a frame and start its copy into the sink: 1 (queued), 0 (none yet,
+ * or the end), -1 (an error was queued, or stopping). */
+static int pump_receive(ppr_pump *p)
+{
+    pump_entry e;
+    ppr_planes *pl = &e.f.planes;
+    size_t off[4], size = 0;
+    uint64_t t0, base;
+    int rc, i, align = p->sink == PPR_PUMP_HOST ? PUMP_ALIGN_HOST : PUMP_ALIGN_CUDA;
+
+    memset(&e, 0, sizeof(e));
+    t0 = now_ns();
+    rc = ppr_receive_frame(p->s, &e.f.info);
+    p->mine.receive_ns += now_ns() - t0;
+    if (rc == PPR_RECV_AGAIN || rc == PPR_RECV_EOF)
+        return 0;
+    if (rc < 0) {
+        pump_post_error(p, rc, p->n_recv, NULL);
+        return -1;
+    }
+    e.kind = PUMP_FRAME;
+    e.f.index = p->n_recv;
+    if (p->sink != PPR_PUMP_NONE) {
+        *pl = e.f.info.layout;
+        for (i = 0; i < pl->count; i++) {
+            off[i] = size;
+            size += ((size_t)pl->plane[i].width * pl->plane[i].height * 2 + align - 1) /
+                    align * align;
+        }
+        t0 = now_ns();
+        if (p->sink == PPR_PUMP_CUDA) {
+            e.f.cuda = pump_cuda_buffer(p, size);
+            base = e.f.cuda ? e.f.cuda->ptr : 0;
+        } else {
+            e.f.host = ppr_host_buffer_new(p->s, size);
+            base = e.f.host ? (uint64_t)(uintptr_t)ppr_host_buffer_data(e.f.host) : 0;
+        }
+        p->mine.buffer_ns += now_ns() - t0;
+        if (!base) {
+            pump_post_error(p, PPR_ENOMEM, p->n_recv, NULL);
+            return -1;
+        }
+        for (i = 0; i < pl->count; i++) {
+            pl->plane[i].data = (uint16_t *)(uintptr_t)(base + off[i]);
+            pl->plane[i].stride = (ptrdiff_t)pl->plane[i].width * 2;
+        }
+        t0 = now_ns();
+        rc = p->sink == PPR_PUMP_CUDA ? ppr_cuda_download_start(p->s, e.f.cuda, pl)
+                                      : ppr_download_start(p->s, e.f.host, pl);
+        p->mine.copy_ns += now_ns() - t0;
+        if (rc < 0) {
+            char msg[PPR_MSG_SIZE];
+            snprintf(msg, sizeof(msg), "%s", *ppr_last_error(p->s) ? ppr_last_error(p->s)
+                                                                  : ppr_last_error(NULL));
+            pump_entry_release(&e);
+            pump_post_error(p, rc, p->n_recv, msg);
+            return -1;
+        }
+    }
+    p->n_recv++;
+    return pump_post(p, &e) < 0 ? -1 : 1;
+}
+
+/* The next packet: 1, 0 at the end, -1 when stopping, or the reader's error
+ * (its message in msg). */
+static int pump_input(ppr_pump *p, ppr_packet **pkt, char *msg, size_t msg_size)
+{
+    int rc;
+
+    *pkt = NULL;
+    if (p->reader) {
+        rc = ppr_reader_next(p->reader, pkt);
+        if (rc < 0)
+            snprintf(msg, msg_size, "%s", ppr_last_error(NULL));
+        return __atomic_load_n(&p->stop, __ATOMIC_ACQUIRE) ? (ppr_packet_free(*pkt), -1) : rc;
+    }
+    pthread_mutex_lock(&p->lock);
+    while (!p->in_count && !p->in_end && !p->stop)
+        pthread_cond_wait(&p->cond, &p->lock);
+    if (p->stop) {
+        rc = -1;
+    } else if (p->in_count) {
+        *pkt = p->in[p->in_head];
+        p->in_head = (p->in_head + 1) % p->in_cap;
+        p->in_count--;
+        pthread_cond_broadcast(&p->cond);
+        rc = 1;
+    } else {
+        rc = 0;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+static void *pump_run(void *arg)
+{
+    ppr_pump *p = arg;
+    char msg[PPR_MSG_SIZE] = "";
+    ppr_packet *pkt;
+    struct timespec cpu;
+    uint64_t t0;
+    int rc, got, stalls, read_error = 0;
+
+    for (;;) {
+        t0 = now_ns();
+        rc = pump_input(p, &pkt, msg, sizeof(msg));
+        p->mine.input_ns += now_ns() - t0;
+        if (rc < 0 && rc != -1) {   /* the file's error: after its frames */
+            read_error = rc;
+            break;
+        }
+        if (rc == -1)
+            goto out;
+        if (rc == 0)
+            break;
+        stalls = 0;
+        for (;;) {
+            t0 = now_ns();
+            rc = ppr_send_prepared(p->s, pkt, p->tag);
+            p->mine.send_ns += now_ns() - t0;
+            if (rc != PPR_EAGAIN)
+                break;
+            if ((got = pump_receive(p)) < 0) {
+                ppr_packet_free(pkt);
+                goto out;
+            }
+            stalls = got ? 0 : stalls + 1;
+            if (stalls > 2) {
+                ppr_packet_free(pkt);
+                snprintf(msg, sizeof(msg), "the decoder stalled at packet %d", p->n_sent);
+                pump_post_error(p, PPR_EDECODE, p->n_sent, msg);
+                goto out;
+            }
+        }
+        ppr_packet_free(pkt);
+        if (rc < 0) {
+            pump_post_error(p, rc, p->n_sent, NULL);
+            goto out;
+        }
+        p->n_sent++;
+        p->mine.packets++;
+        while ((got = pump_receive(p)) > 0)
+            ;
+        if (got < 0)
+            goto out;
+    }
+    if ((rc = ppr_send_prepared(p->s, NULL, p->tag)) < 0) {
+        pump_post_error(p, rc, p->n_sent, NULL);
+        goto out;
+    }
+    /* drain: every frame in flight, then PPR_RECV_EOF */
+    while ((got = pump_receive(p)) > 0)
+        ;
+    if (got < 0)
+        goto out;
+    if (read_error)
+        pump_post_error(p, read_error, -1, msg);
+    else {
+        pump_entry e;
+        memset(&e, 0, sizeof(e));
+        e.kind = PUMP_END;
+        pump_post(p, &e);
+    }
+out:
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
+    pthread_mutex_lock(&p->lock);
+    p->mine.thread_cpu_ns = (uint64_t)cpu.tv_sec * 1000000000ULL + cpu.tv_nsec;
+    p->mine.next_wait_ns = p->st.next_wait_ns;
+    p->st = p->mine;
+    p->done = 1;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+/* A helper of the copies: piece index + 1 of each packet. */
+static void *pump_copier_run(void *arg)
+{
+    pump_copier_arg *a = arg;
+    ppr_pump *p = a->p;
+    int index = a->index;
+    unsigned seen = 0;
+
+    free(a);
+    pthread_mutex_lock(&p->copy_lock);
+    for (;;) {
+        size_t off, len;
+        while (p->copy_gen == seen && !p->copy_quit)
+            pthread_cond_wait(&p->copy_go, &p->copy_lock);
+        if (p->copy_quit)
+            break;
+        seen = p->copy_gen;
+        off = (size_t)(index + 1) * p->copy_chunk;
+        len = off >= p->copy_size ? 0 : FFMIN(p->copy_chunk, p->copy_size - off);
+        if (index + 1 == p->nb_copiers && off < p->copy_size)
+            len = p->copy_size - off;       /* the last piece takes the rest */
+        pthread_mutex_unlock(&p->copy_lock);
+        if (len)
+            memcpy(p->copy_dst + off, p->copy_src + off, len);
+        pthread_mutex_lock(&p->copy_lock);
+        if (!--p->copy_pending)
+            pthread_cond_signal(&p->copy_done);
+    }
+    pthread_mutex_unlock(&p->copy_lock);
+    return NULL;
+}
+
+int ppr_pump_copiers(ppr_pump *p, int n)
+{
+    if (!p)
+        return 0;
+    if (n < 0) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        n = cpus >= 8 ? (int)FFMIN(cpus / 4, 3) : 0;
+    }
+    n = FFMIN(n, 7);
+    pthread_mutex_lock(&p->copy_lock);
+    while (p->nb_copiers < n) {
+        pump_copier_arg *a = malloc(sizeof(*a));
+        if (!a)
+            break;
+        a->p = p;
+        a->index = p->nb_copiers;
+        if (pthread_create(&p->copier[p->nb_copiers], NULL, pump_copier_run, a)) {
+            free(a);
+            break;
+        }
+        p->nb_copiers++;
+    }
+    n = p->nb_copiers;
+    pthread_mutex_unlock(&p->copy_lock);
+    return n;
+}
+
+/* memcpy, in nb_copiers + 1 pieces at once when it is large */
+static void pump_copy(ppr_pump *p, uint8_t *dst, const uint8_t *src, size_t size)
+{
+    size_t chunk;
+
+    if (!p->nb_copiers || size < (1 << 20)) {
+        memcpy(dst, src, size);
+        return;
+    }
+    chunk = (size / (p->nb_copiers + 1) + 63) & ~(size_t)63;
+    pthread_mutex_lock(&p->copy_lock);
+    p->copy_src = src;
+    p->copy_dst = dst;
+    p->copy_size = size;
+    p->copy_chunk = chunk;
+    p->copy_pending = p->nb_copiers;
+    p->copy_gen++;
+    pthread_cond_broadcast(&p->copy_go);
+    pthread_mutex_unlock(&p->copy_lock);
+    memcpy(dst, src, FFMIN(chunk, size));
+    pthread_mutex_lock(&p->copy_lock);
+    while (p->copy_pending)
+        pthread_cond_wait(&p->copy_done, &p->copy_lock);
+    pthread_mutex_unlock(&p->copy_lock);
+}
+
+int ppr_pump_push_data(ppr_pump *p, const uint8_t *data, size_t size, int64_t pts)
+{
+    ppr_packet *pkt;
+    AVBufferRef *buf = NULL;
+
+    if (!p || (size && !data) || size > INT_MAX - AV_INPUT_BUFFER_PADDING_SIZE - (1 << 18))
+        return ppr__fail(PPR_EINVAL, "ppr_pump_push_data: no pump, no data or too large");
+    /* The packet's memory comes from a pool of buffers that the decoder gives
+     * back once done with them: a fresh 4 MB allocation per packet faults in
+     * every page (and zeroes it) each time. The pool's buffers are the
+     * largest packet so far rounded up to 256 KiB, plus the padding; a
+     * larger packet starts a new pool (the old one goes with its last buffer).
+     * Not on the software backend, which finds a corrupt frame's concealed
+     * slices in its packet's buffer, taken to be the packet and its padding. */
+    if (p->exact_packets) {
+        ppr_packet *exact = ppr_packet_new(data, size, pts);
+        return exact ? ppr_pump_push(p, exact) : PPR_ENOMEM;
+    }
+    if (size + AV_INPUT_BUFFER_PADDING_SIZE > p->pkt_pool_size) {
+        size_t want = ((size + AV_INPUT_BUFFER_PADDING_SIZE + (1 << 18) - 1) >> 18) << 18;
+        AVBufferPool *pool = av_buffer_pool_init(want, NULL);
+        if (!pool)
+            return ppr__fail(PPR_ENOMEM, "out of memory");
+        av_buffer_pool_uninit(&p->pkt_pool);
+        p->pkt_pool = pool;
+        p->pkt_pool_size = want;
+    }
+    if (!(pkt = calloc(1, sizeof(*pkt))) || !(pkt->av = av_packet_alloc()) ||
+        !(buf = av_buffer_pool_get(p->pkt_pool))) {
+        if (pkt)
+            av_packet_free(&pkt->av);
+        free(pkt);
+        return ppr__fail(PPR_ENOMEM, "out of memory");
+    }
+    pkt->av->buf = buf;
+    pkt->av->data = buf->data;
+    pkt->av->size = (int)size;
+    if (size)
+        pump_copy(p, buf->data, data, size);
+    memset(buf->data + size, 0, AV_INPUT_BUFFER_PADDING_SIZE);
+    pkt->av->pts = pts;
+    return ppr_pump_push(p, pkt);
+}
+
+int ppr_pump_open(ppr_pump **out, ppr_session *s, ppr_cuda *c, int sink, ppr_reader *reader,
+                  uint32_t tag, int depth)
+{
+    ppr_pump *p;
+
+    ppr__clear_error();
+    if (!out)
+        return ppr__fail(PPR_EINVAL, "out is NULL");
+    *out = NULL;
+    if (!s || depth < 1 || depth > 64 || sink < PPR_PUMP_NONE || sink > PPR_PUMP_HOST ||
+        (sink == PPR_PUMP_CUDA && !c))
+        return ppr__fail(PPR_EINVAL, "ppr_pump_open: no session, a depth outside 1..64, or "
+                         "no CUDA side for the CUDA sink");
+    if (!(p = calloc(1, sizeof(*p))) ||
+        !(p->in = calloc(depth, sizeof(*p->in))) ||
+        !(p->out = calloc(depth, sizeof(*p->out)))) {
+        if (p)
+            free(p->in);
+        free(p);
+        return ppr__fail(PPR_ENOMEM, "out of memory");
+    }
+    p->s = s;
+    p->exact_packets = !strcmp(ppr_backend(s), "software");
+    p->sink = sink;
+    p->reader = reader;
+    p->tag = tag;
+    p->in_cap = p->out_cap = depth;
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->cond, NULL);
+    pthread_mutex_init(&p->copy_lock, NULL);
+    pthread_cond_init(&p->copy_go, NULL);
+    pthread_cond_init(&p->copy_done, NULL);
+    if (sink == PPR_PUMP_CUDA) {
+        p->c = c;
+        __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
+    }
+    if (pthread_create(&p->thread, NULL, pump_run, p)) {
+        ppr_pump_free(p);
+        return ppr__fail(PPR_ENOMEM, "could not start the pump's thread");
+    }
+    p->started = 1;
+    *out = p;
+    return 0;
+}
+
+int ppr_pump_push(ppr_pump *p, ppr_packet *pkt)
+{
+    if (!p) {
+        ppr_packet_free(pkt);
+        return 0;
+    }
+    pthread_mutex_lock(&p->lock);
+    while (pkt && p->in_count == p->in_cap && !p->stop && !p->done)
+        pthread_cond_wait(&p->cond, &p->lock);
+    if (p->stop || p->done || p->in_end) {
+        pthread_mutex_unlock(&p->lock);
+        ppr_packet_free(pkt);
+        return 0;
+    }
+    if (pkt) {
+        p->in[(p->in_head + p->in_count) % p->in_cap] = pkt;
+        p->in_count++;
+    } else {
+        p->in_end = 1;
+    }
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+    return 1;
+}
+
+int ppr_pump_next(ppr_pump *p, ppr_pump_frame *out)
+{
+    pump_entry *e;
+    uint64_t t0 = now_ns();
+    int kind;
+
+    ppr__clear_error();
+    if (!p || !out)
+        return ppr__fail(PPR_EINVAL, "pump or out is NULL");
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&p->lock);
+    while (!p->out_count && !p->done)
+        pthread_cond_wait(&p->cond, &p->lock);
+    p->st.next_wait_ns += now_ns() - t0;
+    if (!p->out_count) {        /* the thread ended without an entry: stopped */
+        pthread_mutex_unlock(&p->lock);
+        return 0;
+    }
+    e = &p->out[p->out_head];
+    kind = e->kind;
+    if (kind == PUMP_FRAME) {
+        *out = e->f;
+    } else {
+        out->index = e->f.index;
+        snprintf(p->err, sizeof(p->err), "%s", e->msg);
+    }
+    if (kind == PUMP_FRAME || kind < 0) {   /* the end and errors stay: later calls repeat them */
+        if (kind == PUMP_FRAME) {
+            p->out_head = (p->out_head + 1) % p->out_cap;
+            p->out_count--;
+        }
+    }
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+    return kind;
+}
+
+const char *ppr_pump_error(ppr_pump *p)
+{
+    return p ? p->err : "";
+}
+
+void ppr_pump_stats_get(ppr_pump *p, ppr_pump_stats *out)
+{
+    if (!p || !out)
+        return;
+    pthread_mutex_lock(&p->lock);
+    *out = p->st;
+    pthread_mutex_unlock(&p->lock);
+}
+
+void ppr_pump_stop(ppr_pump *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->lock);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+    if (p->started && !p->joined) {
+        pthread_join(p->thread, NULL);
+        p->joined = 1;
+    }
+}
+
+void ppr_pump_free(ppr_pump *p)
+{
+    int i;
+
+    if (!p)
+        return;
+    ppr_pump_stop(p);
+    pthread_mutex_lock(&p->copy_lock);
+    p->copy_quit = 1;
+    pthread_cond_broadcast(&p->copy_go);
+    pthread_mutex_unlock(&p->copy_lock);
+    for (i = 0; i < p->nb_copiers; i++)
+        pthread_join(p->copier[i], NULL);
+    pthread_cond_destroy(&p->copy_go);
+    pthread_cond_destroy(&p->copy_done);
+    pthread_mutex_destroy(&p->copy_lock);
+    av_buffer_pool_uninit(&p->pkt_pool);   /* freed once the decoder let go of the last */
+    for (i = 0; i < p->out_count; i++)
+        pump_entry_release(&p->out[(p->out_head + i) % p->out_cap]);
+    for (i = 0; i < p->in_count; i++)
+        ppr_packet_free(p->in[(p->in_head + i) % p->in_cap]);
+    for (i = 0; i < p->nb_pool; i++)
+        buffer_unref(p->pool[i]);
+    if (p->c)
+        cuda_unref(p->c);
+    pthread_cond_destroy(&p->cond);
+    pthread_mutex_destroy(&p->lock);
+    free(p->in);
+    free(p->out);
+    free(p);
 }

@@ -622,6 +622,106 @@ void *ppr_cuda_dlpack(ppr_cuda_buffer *buffer, const ppr_plane *plane, intptr_t 
 /* Call a tensor's deleter: for one that no consumer took. NULL-safe. */
 void ppr_dlpack_delete(void *managed, int versioned);
 
+/* ppr_cuda_dlpack of the plane at device pointer `ptr` (inside buffer),
+ * `height` rows of `width` samples, rows contiguous: the same tensor without
+ * a ppr_plane. On the legacy default stream (`stream` 0 or 1) the wait for the
+ * buffer's copy is enqueued once per copy: a frame's other planes reuse it. */
+void *ppr_cuda_dlpack_at(ppr_cuda_buffer *buffer, uint64_t ptr, int height, int width,
+                         intptr_t stream, int versioned);
+
+/* --- the pump: decoding on a thread of the library's own -------------------- */
+
+/* A pump owns a streaming session (configured with ppr_stream_config) while
+ * it lives: a thread of its own takes packets (from a ppr_reader, or pushed
+ * with ppr_pump_push), sends them, receives the frames and starts each
+ * frame's copy into a buffer ("sink"), all without the GIL, and queues up to
+ * `depth` frames ready for the caller, who takes them with ppr_pump_next:
+ *
+ *     ppr_pump_open(&p, s, cuda, PPR_PUMP_CUDA, reader, tag, 4);
+ *     while ((ret = ppr_pump_next(p, &f)) == 1) {
+ *         ...                                  // f.planes: device pointers in f.cuda
+ *         ppr_cuda_buffer_free(f.cuda);        // the caller's reference
+ *     }                                        // 0: the end; < 0: ppr_pump_error(p)
+ *     ppr_pump_free(p);                        // then ppr_stream_reset(s)
+ *
+ * Sinks: PPR_PUMP_CUDA copies into CUDA buffers of the pump's pool (a buffer
+ * is written again once the caller and every tensor let go of it, the least
+ * recently used first; at most 16 are kept); PPR_PUMP_HOST into a new host
+ * buffer per frame (the caller's: ppr_host_buffer_wait before reading, then
+ * ppr_host_buffer_free); PPR_PUMP_NONE copies nothing (the decoder alone,
+ * for measurements). Errors come in order, after the frames before them, as
+ * the streaming calls give them (ppr_pump_frame.index: the packet or frame
+ * the error is about, -1 for the reader's own). */
+typedef struct ppr_pump ppr_pump;
+
+enum {
+    PPR_PUMP_NONE = 0,
+    PPR_PUMP_CUDA = 1,
+    PPR_PUMP_HOST = 2
+};
+
+typedef struct ppr_pump_frame {
+    ppr_stream_frame info;      /* as ppr_receive_frame gave it                  */
+    int index;                  /* frame number; on an error, what it is about  */
+    ppr_cuda_buffer *cuda;      /* PPR_PUMP_CUDA: a reference, the caller's      */
+    ppr_host_buffer *host;      /* PPR_PUMP_HOST: the caller's                   */
+    ppr_planes planes;          /* where the planes are (device or host pointers) */
+} ppr_pump_frame;
+
+/* Where the pump's time went (nanoseconds, summed over the frames so far). */
+typedef struct ppr_pump_stats {
+    uint64_t frames;            /* frames queued                                  */
+    uint64_t packets;           /* packets sent                                   */
+    uint64_t input_ns;          /* waiting for packets (reader or pushes)         */
+    uint64_t send_ns;           /* ppr_send_prepared (the decoder's waits too)    */
+    uint64_t receive_ns;        /* ppr_receive_frame                              */
+    uint64_t buffer_ns;         /* finding or making a buffer                     */
+    uint64_t copy_ns;           /* submitting the copy (after the buffer's waits) */
+    uint64_t output_ns;         /* waiting for room: the caller was slower        */
+    uint64_t next_wait_ns;      /* ppr_pump_next waiting for a frame              */
+    uint64_t thread_cpu_ns;     /* the pump thread's CPU time                     */
+    uint64_t buffers_made;
+} ppr_pump_stats;
+
+/* Start the pump on `session` (streaming, nothing sent yet; the pump uses it
+ * until ppr_pump_free). `cuda`: the PPR_PUMP_CUDA sink's (the pump takes a
+ * reference). `reader`: packets from it (it must outlive the pump), or NULL:
+ * packets come from ppr_pump_push. `depth`: frames queued ahead (1..64). */
+int ppr_pump_open(ppr_pump **out, ppr_session *session, ppr_cuda *cuda, int sink,
+                  ppr_reader *reader, uint32_t codec_tag, int depth);
+
+/* Hand the pump a packet (it takes it: freed once sent), or NULL for the end
+ * of the stream; blocks while `depth` packets wait. 1, or 0 once the pump
+ * stopped (the packet freed). Any thread. */
+int ppr_pump_push(ppr_pump *pump, ppr_packet *packet);
+
+/* ppr_pump_push of a packet made here: the padded copy of `size` bytes at
+ * `data` with `pts`, which helper threads of the pump (ppr_pump_copiers) make
+ * in pieces at once; `data` is not used once the call returns. 1, 0 once the
+ * pump stopped, PPR_ENOMEM or PPR_EINVAL. Any thread, one at a time. */
+int ppr_pump_push_data(ppr_pump *pump, const uint8_t *data, size_t size, int64_t pts);
+
+/* Start `n` helper threads (0..7; -1: one per 4 CPUs, at most 3) that share
+ * the copies of ppr_pump_push_data (a packet of 1 MiB or more is split into
+ * n + 1 pieces); before the first push. Returns the number started. */
+int ppr_pump_copiers(ppr_pump *pump, int n);
+
+/* The next frame (1), the end (0) or an error (< 0, ppr_pump_error), waiting
+ * (no GIL) until one is ready. */
+int ppr_pump_next(ppr_pump *pump, ppr_pump_frame *out);
+
+/* The message of the error ppr_pump_next returned. */
+const char *ppr_pump_error(ppr_pump *pump);
+
+void ppr_pump_stats_get(ppr_pump *pump, ppr_pump_stats *out);
+
+/* End the thread (a call of the decoder in progress finishes; frames queued
+ * stay until ppr_pump_free); pushes return 0 from then on. Idempotent. */
+void ppr_pump_stop(ppr_pump *pump);
+
+/* Stop, free the frames and packets queued and the pool. NULL-safe. */
+void ppr_pump_free(ppr_pump *pump);
+
 /* CFFI_END */
 
 #ifdef __cplusplus

@@ -79,6 +79,8 @@ def test_cuda_calls_refuse_bad_arguments():
         assert "Vulkan session" in native._message(s._ptr)
     assert L.ppr_cuda_buffer_new(ffi.NULL, 16) == ffi.NULL
     assert L.ppr_cuda_dlpack(ffi.NULL, ffi.NULL, 0, 0) == ffi.NULL
+    assert L.ppr_cuda_dlpack_at(ffi.NULL, 4096, 2, 2, 0, 0) == ffi.NULL
+    assert "bad plane" in native._message()
     L.ppr_dlpack_delete(ffi.NULL, 0)
     L.ppr_cuda_close(ffi.NULL)
     L.ppr_cuda_buffer_free(ffi.NULL)
@@ -86,7 +88,10 @@ def test_cuda_calls_refuse_bad_arguments():
 
 @pytest.mark.gpu
 def test_cuda_frames_on_the_gpu(tmp_path):
-    """tools/gpu/cuda-check's checks (the gpu-run step `cuda` runs the same)."""
+    """tools/gpu/cuda-check's checks (the gpu-run step `cuda` runs the same): equal
+    planes for 4:2:2, 4:4:4 + alpha and interlaced through the pump and the Python
+    loop, tensors outliving the decoder, frames held beyond the pump's pool, kernels
+    right after each frame (Y and Cr, the legacy and an own stream) seeing it finished."""
     check = load_script("cuda-check")
     result = check.run_checks(tmp_path, frames=6)
     assert result["ok"], result

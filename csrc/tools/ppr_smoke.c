@@ -16,6 +16,10 @@
  * the next frame is received, the last one waited for after both sessions
  * are closed. Error paths of those calls; then close.
  *
+ * The pump (ppr_pump): packets pushed, or read by a reader, into a pump with
+ * the host sink (vulkan) or none, frames against the software decodes; freed
+ * early; a refused packet's error; error paths.
+ *
  * The CUDA calls (ppr_cuda_open and its error paths; a buffer where there is
  * a CUDA driver). With MOV, the same packets in a container: read by a reader (ppr_reader),
  * against the raw ones, one decoded from it; the reader's error paths.
@@ -536,6 +540,139 @@ static int reader_checks(ppr_session *s, ppr_session *ref, const char *mov, cons
     return failures;
 }
 
+/* The pump (ppr_pump): on vulkan, the packets pushed into a pump with the host
+ * sink, every frame against `ref`'s ppr_decode; from a reader (mov) too; one
+ * freed with frames queued and packets waiting; the no-copy sink on either
+ * backend; a refused packet's error after the frames before it; error paths. */
+static int pump_checks(ppr_session *s, ppr_session *ref, const char *mov, const uint8_t *data,
+                       long size, uint32_t tag)
+{
+    int failures = 0, ret, n, round, vulkan = !strcmp(ppr_backend(s), "vulkan");
+    int sessions = ppr_device_sessions(s), live0 = ppr_host_buffers_live();
+
+    for (round = 0; round < (vulkan ? 4 : 1); round++) {
+        /* 0: no copy, pushed; 1: host, pushed; 2: host, reader; 3: host, freed early */
+        int sink = round ? PPR_PUMP_HOST : PPR_PUMP_NONE;
+        ppr_reader *r = NULL;
+        ppr_pump *p = NULL;
+        ppr_pump_frame f;
+        long pos = 0;
+
+        if (round == 2 && (!mov || ppr_reader_open(&r, mov, 2) < 0))
+            continue;
+        ret = ppr_stream_config(s, 2, PPR_STREAM_ERR_DETECT);
+        ret = ret < 0 ? ret : ppr_pump_open(&p, s, NULL, sink, r, tag, 2);
+        CHECK(ret == 0 && p, "pump open (round %d): %s", round, ppr_strerror(ret));
+        if (ret < 0) {
+            ppr_reader_close(r);
+            continue;
+        }
+        if (!r) {
+            /* pushed from here: the pump's input holds 2, so push and take in turn */
+            n = 0;
+            for (pos = 0; pos + 8 <= size && round != 3;) {
+                long psize = packet_at(data, size, pos);
+                ppr_packet *pkt = psize ? ppr_packet_new(data + pos, (size_t)psize, pos) : NULL;
+                if (!pkt)
+                    break;
+                CHECK(ppr_pump_push(p, pkt) == 1, "push");
+                pos += psize;
+            }
+            if (round == 3) {   /* two packets in, then freed with what is queued */
+                ppr_pump_push(p, ppr_packet_new(data, (size_t)packet_at(data, size, 0), 0));
+                ppr_pump_push(p, ppr_packet_new(data, (size_t)packet_at(data, size, 0), 0));
+                ppr_pump_free(p);
+                ppr_stream_reset(s);
+                continue;
+            }
+            CHECK(ppr_pump_push(p, NULL) == 1, "push the end");
+        }
+        n = 0;
+        pos = 0;
+        while ((ret = ppr_pump_next(p, &f)) == 1) {
+            long psize = packet_at(data, size, pos);
+            CHECK(f.index == n && (sink == PPR_PUMP_NONE || f.host), "pump frame %d", n);
+            if (f.host) {
+                ppr_frame_info info;
+                ppr_planes want;
+                CHECK(ppr_host_buffer_wait(f.host) == 0, "pump host wait");
+                if (psize && ppr_inspect(data + pos, (size_t)psize, tag, &info) == 0) {
+                    ppr_frame_layout(&info, &want);
+                    if (alloc_planes(&want, 0) == 0) {
+                        ret = ppr_decode(ref, data + pos, (size_t)psize, tag, &want);
+                        CHECK(ret == 0 && same_planes(&want, &f.planes), "pump frame %d differs", n);
+                        free_planes(&want);
+                    }
+                    ppr_frame_info_free(&info);
+                }
+                ppr_host_buffer_free(f.host);
+            }
+            pos += psize;
+            n++;
+        }
+        CHECK(ret == 0 && ppr_pump_next(p, &f) == 0, "pump end: %d %s", ret, ppr_pump_error(p));
+        CHECK(pos == size, "pump: %d frames, %ld of %ld bytes", n, pos, size);
+        if (round == 1) {
+            ppr_pump_stats st;
+            ppr_pump_stats_get(p, &st);
+            CHECK(st.frames == (uint64_t)n && st.packets == (uint64_t)n, "pump stats: %llu %llu",
+                  (unsigned long long)st.frames, (unsigned long long)st.packets);
+        }
+        CHECK(ppr_pump_push(p, NULL) == 0, "push after the end");
+        ppr_pump_free(p);
+        ppr_stream_reset(s);
+        ppr_reader_close(r);
+    }
+    /* a packet the decoder refuses, after one it decodes: that frame, then the error */
+    {
+        ppr_pump *p = NULL;
+        ppr_pump_frame f;
+        static const uint8_t junk[64] = { 0, 0, 0, 64, 'n', 'o', 'p', 'e' };
+        ret = ppr_stream_config(s, 1, PPR_STREAM_ERR_DETECT);
+        ret = ret < 0 ? ret : ppr_pump_open(&p, s, NULL, PPR_PUMP_NONE, NULL, tag, 4);
+        if (ret == 0) {
+            /* the first packet copied by the pump, in pieces where it is large */
+            size_t big = 2 << 20;
+            uint8_t *copy = calloc(1, big);
+            CHECK(ppr_pump_copiers(p, 3) == 3, "pump copiers");
+            CHECK(ppr_pump_push_data(p, data, (size_t)packet_at(data, size, 0), 0) == 1,
+                  "push data");
+            if (copy) {     /* 2 MiB: split over the copiers, then refused as not ProRes */
+                memcpy(copy, junk, sizeof(junk));
+                CHECK(ppr_pump_push_data(p, copy, big, 1) == 1, "push 2 MiB");
+                free(copy);
+            }
+            ppr_pump_push(p, ppr_packet_new(junk, sizeof(junk), 2));
+            ppr_pump_push(p, NULL);
+            n = 0;
+            while ((ret = ppr_pump_next(p, &f)) == 1)
+                n++;
+            CHECK(n == 1 && ret < 0 && f.index == 1 && ppr_pump_error(p)[0] &&
+                  ppr_pump_next(p, &f) == ret, "refused packet: %d frames, %d (%s)", n, ret,
+                  ppr_pump_error(p));
+            ppr_pump_free(p);
+        }
+        ppr_stream_reset(s);
+    }
+    CHECK(ppr_pump_open(NULL, s, NULL, 0, NULL, tag, 2) == PPR_EINVAL, "pump out NULL");
+    {
+        ppr_pump *p = NULL;
+        CHECK(ppr_pump_open(&p, s, NULL, PPR_PUMP_CUDA, NULL, tag, 2) == PPR_EINVAL && !p,
+              "pump CUDA sink without CUDA");
+        CHECK(ppr_pump_open(&p, s, NULL, 0, NULL, tag, 65) == PPR_EINVAL && !p, "pump depth 65");
+    }
+    CHECK(ppr_pump_push(NULL, NULL) == 0 && ppr_pump_next(NULL, NULL) == PPR_EINVAL,
+          "pump NULL calls");
+    ppr_pump_free(NULL);
+    ppr_pump_stop(NULL);
+    CHECK(ppr_host_buffers_live() == live0, "host buffers live after the pump: %d",
+          ppr_host_buffers_live());
+    CHECK(ppr_device_sessions(s) == sessions, "device sessions after the pump: %d",
+          ppr_device_sessions(s));
+    printf("pump: %s\n", failures ? "failed" : "ok");
+    return failures;
+}
+
 /* The CUDA calls: with a CUDA driver and a Vulkan session on its GPU, a buffer
  * is made and freed; without, ppr_cuda_open says why (PPR_ENODEVICE; a
  * software session: PPR_EINVAL) and gives the device hold back. Error paths. */
@@ -761,6 +898,8 @@ int main(int argc, char **argv)
             failures += host_buffers(s2, ref, data, size, tag);
         if (ref && argc > 5)
             failures += reader_checks(s2, ref, argv[5], argv[1], data, size, tag);
+        if (ref)
+            failures += pump_checks(s2, ref, argc > 5 ? argv[5] : NULL, data, size, tag);
         failures += cuda_checks(s2);
         if (ref != s)
             ppr_close(ref);

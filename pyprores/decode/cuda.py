@@ -18,6 +18,7 @@ tensors' streams had queued is done.
 from __future__ import annotations
 
 import ctypes
+import time
 from typing import Any
 
 import numpy as np
@@ -37,10 +38,27 @@ _capsule_new.restype = ctypes.py_object
 _capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 
 
+_DESTRUCTOR: list[int] = []
+
+
 def _destructor() -> int:
     """The C capsule destructor compiled into the extension (csrc/build_ffi.py)."""
-    ffi, lib = native.ffi, native.lib
-    return int(ffi.cast("uintptr_t", ffi.addressof(lib, "ppr_py_dlpack_capsule_destructor")))
+    if not _DESTRUCTOR:
+        ffi, lib = native.ffi, native.lib
+        _DESTRUCTOR.append(int(ffi.cast("uintptr_t", ffi.addressof(lib, "ppr_py_dlpack_capsule_destructor"))))
+    return _DESTRUCTOR[0]
+
+
+#: Per-plane time in __dlpack__, when profiling (see :func:`profile`): calls, and
+#: nanoseconds in the C call (the tensor and its stream's wait) and in the capsule.
+PROFILE: dict[str, int] | None = None
+
+
+def profile(on: bool = True) -> dict[str, int] | None:
+    """Start (or stop) counting where __dlpack__ spends its time; the counters."""
+    global PROFILE
+    PROFILE = {"calls": 0, "c_ns": 0, "capsule_ns": 0, "total_ns": 0} if on else None
+    return PROFILE
 
 
 class CudaContext:
@@ -72,24 +90,21 @@ class CudaPlane:
     memory, and the consumer's stream waits for the frame's copy. The plane
     (and each tensor made of it) keeps its buffer alive."""
 
-    __slots__ = ("_handle", "_plane", "shape", "device_id", "__weakref__")
+    __slots__ = ("_handle", "_ptr", "shape", "device_id", "__weakref__")
 
     dtype = np.dtype(np.uint16)
     ndim = 2
 
     def __init__(self, handle: Any, ptr: int, shape: tuple[int, int], device_id: int) -> None:
-        self._handle = handle
-        self._plane = native.ffi.new("ppr_plane *")
-        self._plane.data = native.ffi.cast("uint16_t *", ptr)
-        self._plane.height, self._plane.width = shape
-        self._plane.stride = shape[1] * 2
+        self._handle = handle     # the buffer's reference: the plane keeps it alive
+        self._ptr = ptr
         self.shape = shape
         self.device_id = device_id
 
     @property
     def data_ptr(self) -> int:
         """The CUDA device pointer of the first sample."""
-        return int(native.ffi.cast("uintptr_t", self._plane.data))
+        return self._ptr
 
     @property
     def nbytes(self) -> int:
@@ -102,7 +117,8 @@ class CudaPlane:
                    dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
         """A DLPack capsule of the plane. ``stream``: the consumer's CUDA stream
         (None: the null stream; 1, 2: the legacy and per-thread default
-        streams; -1: no synchronisation), which waits for the frame's copy."""
+        streams; -1: no synchronisation), which waits for the frame's copy
+        (once per frame on the legacy default stream, per plane on others)."""
         if copy:
             raise BufferError("a CUDA plane is shared, not copied (copy=True)")
         if dl_device is not None and tuple(dl_device) != (KDL_CUDA, self.device_id):
@@ -111,16 +127,28 @@ class CudaPlane:
             raise TypeError(f"stream must be an int (a CUDA stream), not {type(stream).__name__}")
         versioned = max_version is not None and int(max_version[0]) >= 1
         L = native.lib
-        managed = L.ppr_cuda_dlpack(self._handle, self._plane, 0 if stream is None else stream,
-                                    int(versioned))
+        prof = PROFILE
+        if prof is not None:
+            t0 = time.perf_counter_ns()
+        managed = L.ppr_cuda_dlpack_at(self._handle, self._ptr, self.shape[0], self.shape[1],
+                                       0 if stream is None else stream, int(versioned))
         if managed == native.ffi.NULL:
             native._raise(L.PPR_ENODEVICE)
+        if prof is not None:
+            t1 = time.perf_counter_ns()
         ptr = int(native.ffi.cast("uintptr_t", managed))
         try:
-            return _capsule_new(ptr, _NAMES[versioned], _destructor())
+            capsule = _capsule_new(ptr, _NAMES[versioned], _destructor())
         except BaseException:
             L.ppr_dlpack_delete(managed, int(versioned))
             raise
+        if prof is not None:
+            t2 = time.perf_counter_ns()
+            prof["calls"] += 1
+            prof["c_ns"] += t1 - t0
+            prof["capsule_ns"] += t2 - t1
+            prof["total_ns"] += t2 - t0
+        return capsule
 
     def __repr__(self) -> str:
         return f"<pyprores.CudaPlane uint16 {self.shape} on cuda:{self.device_id}>"
@@ -156,3 +184,188 @@ class CudaPlanes:
     def tensors_alive(self) -> bool:
         """True while a DLPack tensor made of these planes lives."""
         return native.lib.ppr_cuda_buffer_refs(self.handle) > 1
+
+
+# -- the pump: send, receive and copy on a thread of the C library's own --------
+
+SINKS = {"none": 0, "cuda": 1, "host": 2}   # PPR_PUMP_NONE, _CUDA, _HOST
+
+
+class _Feeder:
+    """Iterates a packet source on a thread of its own and pushes each packet
+    into the pump (``ppr_pump_push_data``: the padded copy FFmpeg needs, made
+    by ``copiers`` + 1 threads at once, without the GIL; it blocks, still
+    without the GIL, while the pump's input is full). The source's error is
+    kept for the caller (raised after the frames of the packets before it);
+    the source's generator is closed in this thread."""
+
+    def __init__(self, packets: Any, pump: Any, copiers: int = -1) -> None:
+        import threading
+        self._packets, self._pump = packets, pump
+        self.error: BaseException | None = None
+        self._stopping = False
+        #: helper threads that share each packet's copy
+        self.copiers = int(native.lib.ppr_pump_copiers(pump, copiers))
+        self._thread = threading.Thread(target=self._run, name="pyprores-prefetch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from .stream import _NOPTS
+        from ..errors import DecodeError
+        L, ffi = native.lib, native.ffi
+        item: Any = None
+        try:
+            for item in self._packets:
+                if self._stopping:
+                    return
+                data, pts = item if isinstance(item, tuple) else (item, None)
+                buf, size = native._buffer(data)
+                rc = L.ppr_pump_push_data(self._pump, buf, size, _NOPTS if pts is None else int(pts))
+                buf = data = item = None
+                if rc < 0:
+                    native._raise(rc)
+                if rc == 0:   # the pump stopped
+                    return
+        except DecodeError as e:   # truncated or unreadable: after the packets before it
+            e.__traceback__ = None   # PyAV packets must not outlive their container
+            self.error = DecodeError(str(e))
+        except BaseException as e:
+            item = None
+            self.error = e
+        finally:
+            L.ppr_pump_push(self._pump, ffi.NULL)   # the end (a no-op once stopped)
+            close = getattr(self._packets, "close", None)
+            if close is not None:
+                close()
+
+    def stop(self) -> None:
+        """End the thread (the pump is stopped first, so that its push returns)."""
+        self._stopping = True
+        self._thread.join()
+
+
+def _host_arrays(f: Any) -> dict[str, np.ndarray]:
+    """The numpy planes of a PPR_PUMP_HOST frame (views of its host buffer, which
+    they keep alive), once its copy ended."""
+    L, ffi = native.lib, native.ffi
+    h = f.host
+    rc = L.ppr_host_buffer_wait(h)   # the GIL released
+    size = int(L.ppr_host_buffer_size(h))
+    owner = ffi.gc(ffi.cast("uint8_t *", L.ppr_host_buffer_data(h)),
+                   lambda _p, h=h: L.ppr_host_buffer_free(h), size=size)
+    if rc < 0:
+        native._raise(rc)
+    whole = np.frombuffer(ffi.buffer(owner, size), dtype=np.uint8)
+    base = int(ffi.cast("uintptr_t", owner))
+    out = {}
+    for i in range(f.planes.count):
+        p = f.planes.plane[i]
+        off = int(ffi.cast("uintptr_t", p.data)) - base
+        h_, w = int(p.height), int(p.width)
+        out[PLANE_NAMES[i]] = whole[off:off + h_ * w * 2].view(np.uint16).reshape(h_, w)
+    return out
+
+
+def pump_frames(dec: Any, ptr: Any, sink: str, depth: int) -> Any:
+    """The frames of StreamDecoder ``dec`` decoded by a pump (``ppr_pump``):
+    a thread of the C library's own reads (the file's reader) or takes (a
+    packet source, pushed by a :class:`_Feeder`) the packets, sends them,
+    receives the frames and starts their copies into ``sink`` ("cuda": CUDA
+    buffers of its pool; "host": host buffers, for tests; "none": no copy,
+    for measurements), ``depth`` frames ahead of the caller. ``dec.stats()``
+    says where the time went."""
+    from ..errors import DecodeError
+    L, ffi = native.lib, native.ffi
+    out = ffi.new("ppr_pump **")
+    cuda = dec._cuda._ptr if sink == "cuda" else ffi.NULL
+    reader = dec._reader._live() if dec._reader is not None else ffi.NULL
+    rc = L.ppr_pump_open(out, ptr, cuda, SINKS[sink], reader, dec.codec_tag, depth)
+    if rc < 0:
+        native._raise(rc)
+    pump = out[0]
+    dec._pump = pump
+    dec._count = 0
+    feeder = None
+    f = ffi.new("ppr_pump_frame *")
+    device_id = dec._cuda.device_id if sink == "cuda" else -1
+    names = PLANE_NAMES
+    build_ns = 0
+    perf = time.perf_counter_ns
+    try:
+        if dec._reader is None:
+            feeder = _Feeder(iter(dec._packets), pump, dec._pump_copiers)
+        while True:
+            rc = L.ppr_pump_next(pump, f)   # the GIL released while it waits
+            if rc != 1:
+                break
+            t0 = perf()
+            if sink == "cuda":
+                handle = ffi.gc(f.cuda, L.ppr_cuda_buffer_free)   # the pump's reference is ours
+                planes = f.planes
+                arrays = {}
+                for i in range(planes.count):
+                    p = planes.plane[i]
+                    arrays[names[i]] = CudaPlane(handle, int(ffi.cast("uintptr_t", p.data)),
+                                                 (p.height, p.width), device_id)
+                handle = None
+            elif sink == "host":
+                arrays = _host_arrays(f)
+            else:
+                arrays = {}
+            frame = dec._frame(f.info, arrays)
+            arrays = None
+            build_ns += perf() - t0
+            dec._build_ns = build_ns
+            yield frame
+            frame = None
+        if rc < 0:
+            message = ffi.string(L.ppr_pump_error(pump)).decode("utf-8", "replace")
+            index = int(f.index)
+            try:
+                native._raise(rc) if not message else _raise_with(rc, message)
+            except DecodeError as e:
+                if index < 0:
+                    raise
+                raise DecodeError(f"{dec._where()}: frame {index}: {e}") from None
+        if feeder is not None:
+            L.ppr_pump_stop(pump)
+            feeder.stop()
+            if feeder.error is not None:
+                error, feeder.error = feeder.error, None
+                raise error
+    finally:
+        L.ppr_pump_stop(pump)      # the decoder's call in progress ends first
+        if feeder is not None:
+            feeder.stop()
+        dec._pump_stats = _stats(pump)
+        dec._pump = None
+        L.ppr_pump_free(pump)      # frames queued and not taken go with it
+
+
+def _raise_with(rc: int, message: str) -> None:
+    """native._raise with the pump's message (the error came from its thread)."""
+    L = native.lib
+    from ..errors import DecodeError, DeviceError, NotProResError, PyproresError
+    if rc == L.PPR_ENOTPRORES:
+        raise NotProResError(message)
+    if rc in (L.PPR_ETRUNCATED, L.PPR_EDECODE):
+        raise DecodeError(message)
+    if rc in (L.PPR_ENODEVICE, L.PPR_ENOHWACCEL):
+        raise DeviceError(message)
+    if rc == L.PPR_ENOMEM:
+        raise MemoryError(message)
+    if rc == L.PPR_EINVAL:
+        raise ValueError(message)
+    if rc == L.PPR_ENOFILE:
+        raise PyproresError(message)
+    raise DecodeError(f"{message} (error {rc})")
+
+
+_STAT_FIELDS = ("frames", "packets", "input_ns", "send_ns", "receive_ns", "buffer_ns", "copy_ns",
+                "output_ns", "next_wait_ns", "thread_cpu_ns", "buffers_made")
+
+
+def _stats(pump: Any) -> dict[str, int]:
+    st = native.ffi.new("ppr_pump_stats *")
+    native.lib.ppr_pump_stats_get(pump, st)
+    return {k: int(getattr(st, k)) for k in _STAT_FIELDS}

@@ -51,6 +51,13 @@ _PROFILES = {"apco": "Proxy", "apcs": "LT", "apcn": "Standard", "apch": "HQ", "a
              "ap4x": "XQ"}
 
 
+# Frames in flight by default (FFmpeg frame threads). With error detection the
+# thread that receives waits for each frame's GPU work in turn, so the decoder's
+# rate grows with the frames in flight: on the H100, 4K 422 HQ to CUDA went at
+# 1382 fps with 8 (2026-11-27, bench py-cuda-file), decbench 2981 with 17. Into
+# numpy the bus bounds it first (8 as before).
+_IN_FLIGHT = 8
+_IN_FLIGHT_CUDA = 16
 _DEPTH = 2   # frames being downloaded (GPU copies or the thread) and not yet delivered
 _SPARE = 3 + _DEPTH   # sets of planes kept for reuse
 _ALIGN = 4096   # plane offsets in a host buffer (a copy needs 4; a page is tidy)
@@ -324,8 +331,9 @@ class StreamDecoder(native.Closeable):
     ``backend``: ``"vulkan"`` (never a software fallback) or ``"software"``.
     ``device``: the Vulkan device (None, an index, or a name substring).
     ``threads``: software slice threads (0 = automatic). ``max_in_flight``:
-    Vulkan frames decoding at once (FFmpeg frame threads, >= 1; 8 by default:
-    with error detection each thread waits for its frame's slice report).
+    Vulkan frames decoding at once (FFmpeg frame threads, >= 1; 8 by default,
+    16 with ``output="cuda"``: with error detection the receiving thread waits
+    for each frame's slice report in turn).
     ``reuse_buffers``: False gives each frame arrays of its own (those of an
     earlier frame are written again only once nothing refers to them: no
     frame, view or other reference, so no fresh pages per frame); True writes every
@@ -372,11 +380,15 @@ class StreamDecoder(native.Closeable):
     """
 
     def __init__(self, source: str | os.PathLike | PacketSource, backend: str = "vulkan",
-                 device: str | int | None = None, threads: int = 0, max_in_flight: int = 8,
+                 device: str | int | None = None, threads: int = 0,
+                 max_in_flight: int | None = None,
                  *, reuse_buffers: bool | dict[str, np.ndarray] = False,
                  codec_tag: native.CodecTag | None = None, err_detect: bool = True,
                  prefetch: int = 2, download_thread: bool = False,
-                 gpu_download: bool | None = None, output: str = "numpy") -> None:
+                 gpu_download: bool | None = None, output: str = "numpy",
+                 _pump: str | None = None) -> None:
+        if max_in_flight is None:   # CUDA frames: the decoder's rate needs more in flight
+            max_in_flight = _IN_FLIGHT_CUDA if output == "cuda" else _IN_FLIGHT
         if int(max_in_flight) < 1:
             raise ValueError(f"max_in_flight must be >= 1, not {max_in_flight}")
         if output not in ("numpy", "cuda"):
@@ -410,6 +422,22 @@ class StreamDecoder(native.Closeable):
         if output == "cuda":
             self._gpu = False
             self.download = "cuda"
+        # The pump (pyprores.decode.cuda.pump_frames): a thread of the C library's own
+        # sends, receives and starts the copies. CUDA output uses it unless
+        # _pump="off" (the loop on this thread) or prefetch=0 (the source is iterated
+        # on this thread); _pump="host" or "none" run it for numpy-less measurements
+        # and tests (host buffers per frame, or no copy at all).
+        if _pump not in (None, "off", "cuda", "host", "none") or \
+                (_pump in ("host", "none") and (output != "numpy" or backend != "vulkan")) or \
+                (_pump == "cuda" and output != "cuda"):
+            raise ValueError(f"_pump={_pump!r} does not fit output={output!r}, backend={backend!r}")
+        #: the pump's sink ("cuda", "host", "none"), or None: frames decoded on this thread
+        self.pump: str | None = ("cuda" if output == "cuda" and _pump != "off" and prefetch
+                                 else _pump if _pump in ("host", "none") else None)
+        self._pump: Any = None
+        self._pump_stats: dict[str, int] | None = None
+        self._pump_copiers = -1   # threads sharing a pushed packet's copy (-1: by the CPUs)
+        self._build_ns = 0
         self.backend = backend
         self.max_in_flight = int(max_in_flight)
         self._source: Any = None
@@ -503,6 +531,14 @@ class StreamDecoder(native.Closeable):
         received; an error of the decoder comes after the frames before it."""
         L = native.lib
         ptr = self._session._live()
+        if self.pump is not None:
+            from .cuda import pump_frames
+            try:
+                yield from pump_frames(self, ptr, self.pump, max(self.prefetch, 1) + 2)
+            finally:
+                if self._session is not None and self._session._ptr is not None:
+                    L.ppr_stream_reset(self._session._ptr)
+            return
         pending: deque[_Download] = deque()
         self._downloader = _Downloader() if self.download_thread and not self._gpu else None
         depth = _DEPTH
@@ -824,6 +860,25 @@ class StreamDecoder(native.Closeable):
         self._count += 1
         return frame
 
+    def stats(self) -> dict[str, int] | None:
+        """Where the pump's time went so far (None without a pump): frames,
+        packets, and nanoseconds summed over them: ``input_ns`` (waiting for
+        packets), ``send_ns``, ``receive_ns`` (the decoder's calls, its waits
+        included), ``buffer_ns`` (finding or making a buffer), ``copy_ns``
+        (submitting the GPU copy), ``output_ns`` (the pump waiting for the
+        caller), ``next_wait_ns`` (the caller waiting for the pump),
+        ``thread_cpu_ns`` (the pump thread's CPU, at its end), ``build_ns``
+        (this thread making the frame objects)."""
+        if self._pump is not None:
+            from .cuda import _stats
+            st = _stats(self._pump)
+        elif self._pump_stats is not None:
+            st = dict(self._pump_stats)
+        else:
+            return None
+        st["build_ns"] = self._build_ns
+        return st
+
     # -- lifetime -----------------------------------------------------------
 
     @property
@@ -853,7 +908,8 @@ class StreamDecoder(native.Closeable):
 
 
 def open_decoder(source: str | os.PathLike | PacketSource, backend: str = "vulkan",
-                 device: str | int | None = None, threads: int = 0, max_in_flight: int = 8,
+                 device: str | int | None = None, threads: int = 0,
+                 max_in_flight: int | None = None,
                  **kwargs: Any) -> StreamDecoder:
     """Open a streaming decoder (see :class:`StreamDecoder`); use it with ``with``."""
     return StreamDecoder(source, backend, device, threads, max_in_flight, **kwargs)
