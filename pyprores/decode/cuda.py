@@ -322,7 +322,7 @@ def pump_frames(dec: Any, ptr: Any, sink: str, depth: int) -> Any:
             message = ffi.string(L.ppr_pump_error(pump)).decode("utf-8", "replace")
             index = int(f.index)
             try:
-                native._raise(rc) if not message else _raise_with(rc, message)
+                native._raise(rc, message=message or None)
             except DecodeError as e:
                 if index < 0:
                     raise
@@ -340,25 +340,6 @@ def pump_frames(dec: Any, ptr: Any, sink: str, depth: int) -> Any:
         dec._pump_stats = _stats(pump)
         dec._pump = None
         L.ppr_pump_free(pump)      # frames queued and not taken go with it
-
-
-def _raise_with(rc: int, message: str) -> None:
-    """native._raise with the pump's message (the error came from its thread)."""
-    L = native.lib
-    from ..errors import DecodeError, DeviceError, NotProResError, PyproresError
-    if rc == L.PPR_ENOTPRORES:
-        raise NotProResError(message)
-    if rc in (L.PPR_ETRUNCATED, L.PPR_EDECODE):
-        raise DecodeError(message)
-    if rc in (L.PPR_ENODEVICE, L.PPR_ENOHWACCEL):
-        raise DeviceError(message)
-    if rc == L.PPR_ENOMEM:
-        raise MemoryError(message)
-    if rc == L.PPR_EINVAL:
-        raise ValueError(message)
-    if rc == L.PPR_ENOFILE:
-        raise PyproresError(message)
-    raise DecodeError(f"{message} (error {rc})")
 
 
 _STAT_FIELDS = ("frames", "packets", "input_ns", "send_ns", "receive_ns", "buffer_ns", "copy_ns",

@@ -96,9 +96,12 @@ class UnreadableFileError(NotProResError):
     then reads it with PyAV, which says why when it cannot either."""
 
 
-def _raise(code: int, session_ptr: Any = None) -> None:
+def _raise(code: int, session_ptr: Any = None, message: str | None = None) -> None:
+    """The exception for a ppr_* error code, with `message` (from a thread of the library's
+    own), else the session's last error, else the code's own text."""
     L = _lib()
-    text = _message(session_ptr) or ffi.string(L.ppr_strerror(code)).decode("utf-8", "replace")
+    text = (message or _message(session_ptr)
+            or ffi.string(L.ppr_strerror(code)).decode("utf-8", "replace"))
     if code == L.PPR_EFORMAT:
         raise UnreadableFileError(text)
     if code == L.PPR_ENOFILE:
