@@ -274,16 +274,6 @@ static void cuda_unref(ppr_cuda *c)
     free(c);
 }
 
-static int has_extension(const AVVulkanDeviceContext *hw, const char *name)
-{
-    int i;
-    for (i = 0; i < hw->nb_enabled_dev_extensions; i++)
-        if (hw->enabled_dev_extensions[i] && !strcmp(hw->enabled_dev_extensions[i], name))
-            return 1;
-    return 0;
-}
-
-
 #define CUCHECK(call, what)                                                    \
     do {                                                                       \
         CUresult c_ = (call);                                                  \
@@ -312,8 +302,8 @@ int ppr__cuda_create(ppr_cuda **out, AVBufferRef *device, const char *device_nam
         ret = ppr__fail(g_cu_ret, "%s", g_cu_err);
         goto fail_early;
     }
-    if (!has_extension(hw, VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME) ||
-        !has_extension(hw, VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME)) {
+    if (!ppr__has_device_extension(hw, VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME) ||
+        !ppr__has_device_extension(hw, VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME)) {
         ret = ppr__fail(PPR_ENODEVICE, "the Vulkan device \"%s\" cannot share memory with CUDA "
                         "(it lacks %s or %s)", device_name, VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME,
                         VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME);

@@ -86,7 +86,7 @@ void ppr__device_unhold(void *opaque)
 #define PPR_HOST_IMAGE_COPY "VK_EXT_host_image_copy"  /* older Vulkan headers lack the macro */
 #define PPR_LAYER_KNOWS_HOST_IMAGE_COPY VK_MAKE_API_VERSION(0, 1, 3, 268)
 
-static int has_device_extension(const AVVulkanDeviceContext *vk, const char *name)
+int ppr__has_device_extension(const AVVulkanDeviceContext *vk, const char *name)
 {
     int i;
     for (i = 0; i < vk->nb_enabled_dev_extensions; i++)
@@ -126,7 +126,7 @@ static int host_copy_needs_no_layer(AVBufferRef *ref, char *note, size_t note_si
     const AVVulkanDeviceContext *vk = ((AVHWDeviceContext *)ref->data)->hwctx;
     uint32_t v;
 
-    if (!vk || !has_device_extension(vk, PPR_HOST_IMAGE_COPY))
+    if (!vk || !ppr__has_device_extension(vk, PPR_HOST_IMAGE_COPY))
         return 0;
     v = validation_layer_version(vk);
     if (v >= PPR_LAYER_KNOWS_HOST_IMAGE_COPY)

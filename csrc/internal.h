@@ -27,6 +27,10 @@ char *ppr__thread_error(void);
 /* Install the FFmpeg log callback (once). */
 void ppr__ensure_init(void);
 
+/* device.c: whether the Vulkan device was created with extension `name`. */
+struct AVVulkanDeviceContext;
+int ppr__has_device_extension(const struct AVVulkanDeviceContext *vk, const char *name);
+
 /* hostdl.c: a host buffer on `device` (an AVBufferRef of a Vulkan
  * AVHWDeviceContext; the buffer takes a reference); release(release_opaque)
  * runs when the buffer is freed, or before an error returns. */
