@@ -1419,6 +1419,13 @@ int ppr_pump_next(ppr_pump *p, ppr_pump_frame *out)
     }
     e = &p->out[p->out_head];
     kind = e->kind;
+    if (kind != PUMP_FRAME) {
+        /* The end or an error is the thread's last entry: let it finish, so that
+         * what follows sees a pump that is done (its statistics final, pushes
+         * refused) and not one that is still between posting and returning. */
+        while (!p->done)
+            pthread_cond_wait(&p->cond, &p->lock);
+    }
     if (kind == PUMP_FRAME) {
         *out = e->f;
     } else {
