@@ -78,6 +78,7 @@ VALIDATION_NOISE = (
     "UNASSIGNED-VkSemaphore-state-timeout",
     "DebugTypeArray: Component Count must be OpConstant",
     "should be sub-allocated from larger memory blocks",
+    "using VK_PIPELINE_STAGE_2_ALL_COMMANDS_BIT",
 )
 
 #: what marks a sanitizer report in a worker's stderr
