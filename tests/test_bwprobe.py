@@ -110,13 +110,21 @@ def test_device_copies(report):
 
     images = j["image_copies"]
     cached = [c for c in ("cached_coherent", "cached") if j["memory_classes"][c] is not None]
-    assert len(images) == len(cached) * len(queues)
+    to_host = [c for c in images if c["direction"] == "d2h"]
+    to_device = [c for c in images if c["direction"] == "d2d"]
+    assert len(to_host) == len(cached) * len(queues) and len(to_host) + len(to_device) == len(images)
+    # the copy into device memory (what CUDA output costs per frame) once on every queue
+    assert sorted(c["queue"] for c in to_device) == sorted(queues)
     w, h = FRAME
     for c in images:
-        assert c["frame"] == "%dx%d" % FRAME and c["direction"] == "d2h"
+        assert c["frame"] == "%dx%d" % FRAME
         assert c["bytes"] == w * h * 2 + 2 * (w // 2) * h * 2
         assert c["planes"] == [[w, h], [w // 2, h], [w // 2, h]]
-        assert "TRANSFER_SRC" in c["image_usage"] and c["memory"] in cached
+        assert "TRANSFER_SRC" in c["image_usage"]
+        if c["direction"] == "d2h":
+            assert c["memory"] in cached
+        else:
+            assert c["memory"] == "device" and c["memory_type"] == j["device_local_type"]
         assert good(c["wall"]), c
         assert good(c["gpu"]) if queues[c["queue"]]["timestamps"] else c["gpu"] is None, c
 

@@ -19,6 +19,8 @@
  *   - image copies, as FFmpeg downloads a frame: vkCmdCopyImageToBuffer of three R16_UNORM
  *     optimal-tiling images, WxH and twice (W/2)xH, into one HOST_CACHED buffer, for each
  *     --frames frame (default 3840x2160 and 7680x4320: the same bytes as the default sizes);
+ *     and the same copy into a DEVICE_LOCAL buffer (d2d: what pyprores' CUDA output does per
+ *     frame, which the bus does not bound), on each queue;
  *   - host copies of each size, from the staging buffer (a mapped HOST_CACHED buffer the GPU
  *     has just written, as after a download) and, for reference, from malloc'd memory, into
  *     malloc'd memory touched beforehand, with each --threads count (default 1,2,4,8; the
@@ -567,7 +569,7 @@ static void rec_copy_frame(VkCommandBuffer cb, const void *arg)
 /* warm-ups + reps submissions of what rec records, one command buffer each, waited for one by
  * one: wall and (where the family has timestamps) GPU time of the reps. host: the
  * host-visible buffer, flushed before each submission (to_host 0) or invalidated after it
- * (to_host 1) where it is not coherent. */
+ * (to_host 1) where it is not coherent; NULL for a copy that stays in device memory. */
 static void run_series(Ctx *c, const Queue *q, Record rec, const void *arg, const Buf *host, int to_host,
                        Stats *wall, Stats *gpu)
 {
@@ -599,11 +601,11 @@ static void run_series(Ctx *c, const Queue *q, Record rec, const void *arg, cons
         VkSubmitInfo si = { .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1,
                             .pCommandBuffers = &cbs[i] };
         double t0 = now();
-        if (!to_host)
+        if (host && !to_host)
             buf_flush(c, host);
         VK(vk.vkQueueSubmit(q->queue, 1, &si, c->fence));
         VK(vk.vkWaitForFences(c->dev, 1, &c->fence, VK_TRUE, UINT64_MAX));
-        if (to_host)
+        if (host && to_host)
             buf_invalidate(c, host);
         w[i] = now() - t0;
         VK(vk.vkResetFences(c->dev, 1, &c->fence));
@@ -628,12 +630,12 @@ static void run_series(Ctx *c, const Queue *q, Record rec, const void *arg, cons
 
 /* ------------------------------------------------------------------ results */
 typedef struct Result {
-    const char *what;           /* "d2h", "h2d" or "image_d2h" */
+    const char *what;           /* "d2h", "h2d", "image_d2h" or "image_d2d" */
+    int cls;                    /* the host memory class; -1: device-local memory (image_d2d) */
     uint64_t bytes;
     uint32_t frame_w, frame_h;  /* image copies: the frame, its images' usage and allocation */
     VkImageUsageFlags usage;
     int dedicated;
-    int cls;
     uint32_t type;
     const Queue *queue;
     Stats wall, gpu;
@@ -1019,6 +1021,44 @@ static void frame_free(Ctx *c, Frame *f)
     }
 }
 
+/* The frame's images copied into a DEVICE_LOCAL buffer on each queue; the copy is then read
+ * back once through a HOST_CACHED buffer to check it. */
+static void measure_frame_d2d(Ctx *c, Frame *f)
+{
+    Buf dev, host;
+    set_stage("allocating a DEVICE_LOCAL buffer of %" PRIu64 " bytes", (uint64_t)f->buf_size);
+    buf_create(c, &dev, f->buf_size, c->device_type,
+               VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT);
+    int cls = c->staging_class;
+    for (int k = 0; cls < 0 && k < NB_CLASSES; k++)
+        if (c->class_type[k] >= 0)
+            cls = k;
+    buf_create(c, &host, f->buf_size, c->class_type[cls], VK_BUFFER_USAGE_TRANSFER_DST_BIT);
+    f->dst = dev.buf;
+    for (int qi = 0; qi < c->nb_queues; qi++) {
+        const Queue *q = &c->queues[qi];
+        Result r = { .what = "image_d2d", .bytes = f->bytes, .frame_w = f->w, .frame_h = f->h, .usage = f->usage,
+                     .dedicated = f->dedicated, .cls = -1, .type = c->device_type, .queue = q };
+        CopyArgs back = { dev.buf, host.buf, f->buf_size, 1 };
+        set_stage("copying a %ux%u frame's images to device memory on the %s queue", f->w, f->h, q->role);
+        submit_once(c, c->compute, rec_fill, &dev);
+        run_series(c, q, rec_copy_frame, f, NULL, 1, &r.wall, &r.gpu);
+        memset(host.map, 0, f->buf_size);
+        buf_flush(c, &host);
+        submit_once(c, c->compute, rec_copy, &back);
+        buf_invalidate(c, &host);
+        for (int p = 0; p < NB_PLANES; p++) {
+            uint16_t v;
+            memcpy(&v, host.map + f->offset[p] + f->plane_bytes[p] - 2, 2);
+            if (v < 16383 || v > 16385)
+                die("plane %d came back from device memory as %u, not the 16384 it was cleared to", p, v);
+        }
+        add_result(r);
+    }
+    buf_free(c, &host);
+    buf_free(c, &dev);
+}
+
 static void measure_frame(Ctx *c, uint32_t w, uint32_t h)
 {
     Frame f;
@@ -1050,6 +1090,7 @@ static void measure_frame(Ctx *c, uint32_t w, uint32_t h)
         }
         buf_free(c, &host);
     }
+    measure_frame_d2d(c, &f);
     frame_free(c, &f);
 }
 
@@ -1220,6 +1261,11 @@ static void driver_version_str(char *buf, size_t size, const VkPhysicalDevicePro
         snprintf(buf, size, "%u.%u.%u", VK_API_VERSION_MAJOR(v), VK_API_VERSION_MINOR(v), VK_API_VERSION_PATCH(v));
 }
 
+static const char *memory_name(const Result *r)
+{
+    return r->cls < 0 ? "device" : class_names[r->cls];
+}
+
 static void print_stats_json(FILE *f, const char *key, Stats s, uint64_t bytes)
 {
     fprintf(f, "\"%s\": ", key);
@@ -1305,17 +1351,17 @@ static void print_json(FILE *f, const Ctx *c, int device_index, const int *threa
         fprintf(f, " \"%s\": [", pass ? "image_copies" : "buffer_copies");
         for (int i = 0; i < nb_results; i++) {
             const Result *r = &results[i];
-            if (pass != !strcmp(r->what, "image_d2h"))
+            if (pass != !strncmp(r->what, "image_", 6))
                 continue;
             fprintf(f, "%s\n  {\"direction\": \"%s\", \"bytes\": %" PRIu64 ", ", n++ ? "," : "",
-                    pass ? "d2h" : r->what, r->bytes);
+                    pass ? r->what + 6 : r->what, r->bytes);
             if (pass)
                 fprintf(f, "\"frame\": \"%ux%u\", \"planes\": [[%u, %u], [%u, %u], [%u, %u]], \"image_usage\": \"%s\", "
                         "\"dedicated\": %s, ", r->frame_w, r->frame_h, r->frame_w, r->frame_h, r->frame_w / 2,
                         r->frame_h, r->frame_w / 2, r->frame_h,
                         flag_str(buf, sizeof(buf), r->usage, usage_flags), r->dedicated ? "true" : "false");
             fprintf(f, "\"memory\": \"%s\", \"memory_type\": %u, \"queue\": \"%s\", \"family\": %u, ",
-                    class_names[r->cls], r->type, r->queue->role, r->queue->family);
+                    memory_name(r), r->type, r->queue->role, r->queue->family);
             print_stats_json(f, "wall", r->wall, r->bytes);
             fputs(", ", f);
             print_stats_json(f, "gpu", r->gpu, r->bytes);
@@ -1390,13 +1436,13 @@ static void print_table(FILE *f, const Ctx *c, int device_index, const int *thre
         int header = 0;
         for (int i = 0; i < nb_results; i++) {
             const Result *r = &results[i];
-            if (pass != !strcmp(r->what, "image_d2h"))
+            if (pass != !strncmp(r->what, "image_", 6))
                 continue;
             if (!header++) {
                 if (pass)
                     fprintf(f, "\nimage copies: vkCmdCopyImageToBuffer of R16_UNORM optimal-tiling images WxH, "
-                            "W/2xH, W/2xH (usage %s%s)\n  %-10s %-11s", flag_str(buf, sizeof(buf), r->usage,
-                            usage_flags), r->dedicated ? ", dedicated memory" : "", "frame", "bytes");
+                            "W/2xH, W/2xH (usage %s%s)\n  %-10s %-11s %-4s", flag_str(buf, sizeof(buf), r->usage,
+                            usage_flags), r->dedicated ? ", dedicated memory" : "", "frame", "bytes", "dir");
                 else
                     fprintf(f, "\nbuffer copies: vkCmdCopyBuffer between a DEVICE_LOCAL buffer and host-visible "
                             "memory\n  %-11s %-4s", "bytes", "dir");
@@ -1404,10 +1450,10 @@ static void print_table(FILE *f, const Ctx *c, int device_index, const int *thre
             }
             if (pass) {
                 snprintf(buf, sizeof(buf), "%ux%u", r->frame_w, r->frame_h);
-                fprintf(f, "  %-10s %-11" PRIu64, buf, r->bytes);
+                fprintf(f, "  %-10s %-11" PRIu64 " %-4s", buf, r->bytes, r->what + 6);
             } else
                 fprintf(f, "  %-11" PRIu64 " %-4s", r->bytes, r->what);
-            fprintf(f, " %-16s %-4u %-9s %-18s %s\n", class_names[r->cls], r->type, r->queue->role,
+            fprintf(f, " %-16s %-4u %-9s %-18s %s\n", memory_name(r), r->type, r->queue->role,
                     gb_cell(a, sizeof(a), r->wall, r->bytes), gb_cell(b, sizeof(b), r->gpu, r->bytes));
         }
     }
