@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -254,6 +255,17 @@ def test_xz_pack_and_run_unpack_round_trip(pack: Path, tmp_path: Path):
     assert not (pack / "rezip").exists()
     assert _members(pack / "dist" / whl.name) == want[whl.name]
     assert _members(pack / "python" / dep.name) == want[dep.name]
+
+
+def test_xz_pack_without_wheels(pack: Path):
+    """gpu-pack --xz with no wheel to carry (no --python, no --wheel): the builds go into
+    builds.tar.xz all the same, and nothing is left behind."""
+    gp = load_script("gpu-pack")
+    gp.pack_xz(pack, ["ff13", "ff10"])
+    assert sorted(p.name for p in pack.iterdir()) == ["MANIFEST", "builds.tar.xz"]
+    with tarfile.open(pack / "builds.tar.xz") as tar:
+        names = tar.getnames()
+    assert "ff13/bin/ffmpeg" in names and "ff10/bin/ffmpeg" in names
 
 
 def test_dry_run_wheel_step_with_user_wheel(pack: Path):
