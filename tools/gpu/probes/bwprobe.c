@@ -1021,6 +1021,18 @@ static void frame_free(Ctx *c, Frame *f)
     }
 }
 
+/* The last sample of each plane in host, a copy of the frame's images cleared by
+ * rec_clear_frame: 16384 (give or take the UNORM rounding), or the copy went wrong. */
+static void check_cleared_frame(const Frame *f, const Buf *host, const char *from)
+{
+    for (int p = 0; p < NB_PLANES; p++) {
+        uint16_t v;
+        memcpy(&v, host->map + f->offset[p] + f->plane_bytes[p] - 2, 2);
+        if (v < 16383 || v > 16385)
+            die("plane %d came back%s as %u, not the 16384 it was cleared to", p, from, v);
+    }
+}
+
 /* The frame's images copied into a DEVICE_LOCAL buffer on each queue; the copy is then read
  * back once through a HOST_CACHED buffer to check it. */
 static void measure_frame_d2d(Ctx *c, Frame *f)
@@ -1047,12 +1059,7 @@ static void measure_frame_d2d(Ctx *c, Frame *f)
         buf_flush(c, &host);
         submit_once(c, c->compute, rec_copy, &back);
         buf_invalidate(c, &host);
-        for (int p = 0; p < NB_PLANES; p++) {
-            uint16_t v;
-            memcpy(&v, host.map + f->offset[p] + f->plane_bytes[p] - 2, 2);
-            if (v < 16383 || v > 16385)
-                die("plane %d came back from device memory as %u, not the 16384 it was cleared to", p, v);
-        }
+        check_cleared_frame(f, &host, " from device memory");
         add_result(r);
     }
     buf_free(c, &host);
@@ -1080,12 +1087,7 @@ static void measure_frame(Ctx *c, uint32_t w, uint32_t h)
             memset(host.map, 0, f.buf_size);
             buf_flush(c, &host);
             run_series(c, q, rec_copy_frame, &f, &host, 1, &r.wall, &r.gpu);
-            for (int p = 0; p < NB_PLANES; p++) {
-                uint16_t v;
-                memcpy(&v, host.map + f.offset[p] + f.plane_bytes[p] - 2, 2);
-                if (v < 16383 || v > 16385)
-                    die("plane %d came back as %u, not the 16384 it was cleared to", p, v);
-            }
+            check_cleared_frame(&f, &host, "");
             add_result(r);
         }
         buf_free(c, &host);
