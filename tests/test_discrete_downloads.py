@@ -106,7 +106,7 @@ def test_discrete_gpu_downloads_are_bit_exact(fake_discrete_layer, tmp_path, nam
 @pytest.mark.parametrize("fmt", ["yuv422p10le", "yuva444p12le"])
 def test_round_trips_share_the_staging_pool(fake_discrete_layer, tmp_path, fmt, build):
     """FFmpeg 9.0.2 and master take upload and download staging buffers from one pool (9.0.2
-    series patch 15, master 0020): with both directions through it, an hwupload/hwdownload
+    series patch 15, master 0021): with both directions through it, an hwupload/hwdownload
     round trip gives back the frames it was given, and no buffer is used for a copy its usage
     does not allow (VUID-vkCmdCopyImageToBuffer-dstBuffer-00191,
     -vkCmdCopyBufferToImage-srcBuffer-00174)."""

@@ -4,7 +4,7 @@ A ProRes header may claim up to 65535 x 65535; FFmpeg 9.0.2's and master's
 hwcontext_vulkan created a test image of whatever size the decoder's frames
 context had, calling vkCreateImage() beyond the device's maxImageDimension2D
 (VUID-VkImageCreateInfo-extent-02252: fuzzed headers on an NVIDIA H200). Master
-0027 and 9.0.2 patch 16 refuse such a frames context first, with an error that
+0028 and 9.0.2 patch 16 refuse such a frames context first, with an error that
 names the limit. lavapipe's limit is 16384: a header of 20000 x 64 (a frame the
 software decoder can allocate) must be refused there by hwcontext_vulkan, not by
 the driver.
