@@ -262,6 +262,20 @@ def test_load_rounds(ffmpeg_dir: Path, clip: Path, tmp_path: Path):
     assert "load ff rounds dl K=2/K=1 per round " in res.stdout and "load ff rounds nt/dl: K=1 per round" in res.stdout
 
 
+def test_load_rounds_budget(ffmpeg_dir: Path, clip: Path, tmp_path: Path):
+    """--budget: after the first round, no round that would end past it; the summary is of the
+    rounds done."""
+    out = tmp_path / "load.json"
+    res = gpu_load("load", "--ffmpeg", f"ff={ffmpeg_dir}", "--clip", str(clip), "--format", FMT,
+                   "--ks", "1,2", "--variants", "", "--steady", "0.3", "--settle", "0.1", "--rounds", "5",
+                   "--budget", "0.5", "--exact-ks", "none", "--workdir", str(tmp_path / "w"), "--json", str(out))
+    assert res.returncode == 0, res.stdout + res.stderr
+    rd = json.loads(out.read_text())["rounds"]
+    assert rd["done"] == 1 and len(rd["runs"]["ff/dl"]["1"]) == len(rd["runs"]["ff/dl"]["2"]) == 1
+    assert rd["summary"]["ff/dl"]["k_ratio"]["2/1"]["rounds"] == 1
+    assert "load: 1 of 5 rounds in " in res.stdout and "load ff rounds dl K=2/K=1 per round" in res.stdout
+
+
 def test_rounds_summary_ratios_and_verdicts():
     """The rounds' statistics from known figures: K=16 below K=4 in every round, a variant
     above dl in every round at K=16, a round without a window left out of the ratios."""
@@ -389,6 +403,7 @@ def test_frames_at_interpolates_progress():
     (["--variants", "cpu2+t4"], "cpuN sets -threads itself"),
     (["--variants", "dt0"], "at least 1"),
     (["--rounds", "2"], "it needs --steady"),
+    (["--rounds", "2", "--steady", "1", "--budget", "-1"], "--budget takes seconds"),
     (["--rounds", "2", "--steady", "1", "--variants", "start"], "start and vkstart have none"),
     (["--diag-build", "nope"], "--diag-build nope: not one of"),
     (["--variants", "vkstart"], "variant vkstart needs --vktime"),
