@@ -102,6 +102,39 @@ def test_discrete_gpu_downloads_are_bit_exact(fake_discrete_layer, tmp_path, nam
         assert banded > 0, stats.read_text()    # copied out in bands
 
 
+@pytest.mark.parametrize("opts, bands", [("download_poll_us=0", True), ("download_threads=2", True),
+                                         ("download_threads=2,download_poll_us=0", True),
+                                         ("download_threads=1", False)])
+def test_download_options(fake_discrete_layer, tmp_path, opts, bands):
+    """7.1.5 patch 29's device options, with 4 CPUs: the copying threads wait in the kernel at
+    once (download_poll_us=0), or fewer of them copy (download_threads=2), still in bands; one
+    (download_threads=1) copies each download once it is complete, without bands. The frames
+    equal the software decoder's either way, and the validation layer stays silent."""
+    ff = ffmpeg_dir_path()
+    ffmpeg_bin = ff / "bin" / "ffmpeg"
+    clip = make_clip(ffmpeg_bin, "1080p-422hq", tmp_path)
+    fmt = CLIPS["1080p-422hq"][3]
+    sw = subprocess.run([str(ffmpeg_bin), "-hide_banner", "-nostdin", "-v", "error", "-i", str(clip),
+                         "-f", "framemd5", "-pix_fmt", fmt, "-"], capture_output=True, text=True, check=True)
+    stats = tmp_path / "stats.txt"
+    env = vulkan_env(validate=True)
+    env.update(VK_ADD_LAYER_PATH=str(fake_discrete_layer), VK_INSTANCE_LAYERS=FAKE_DISCRETE_LAYER,
+               FD_STATS=str(stats), LD_LIBRARY_PATH=str(ff / "lib"))
+    vk = subprocess.run([str(ffmpeg_bin), "-hide_banner", "-nostdin", "-v", "verbose", "-cpucount", "4",
+                         "-init_hw_device", f"vulkan=vk:0,{opts}", "-hwaccel", "vulkan",
+                         "-hwaccel_output_format", "vulkan", "-i", str(clip),
+                         "-vf", f"hwdownload,format={fmt}", "-f", "framemd5", str(tmp_path / "vk.framemd5")],
+                        capture_output=True, text=True, env=env, timeout=600)
+    log = vk.stdout + vk.stderr
+    assert vk.returncode == 0, log[-3000:]
+    assert "(discrete)" in log and "initialised on" in log, log[-3000:]
+    got = hashes((tmp_path / "vk.framemd5").read_text())
+    assert got == hashes(sw.stdout) and len(got) == FRAMES
+    assert not validation_messages(log, KNOWN_LAYER_NOISE)
+    banded = int(re.search(r"imageOffset\.y > 0: (\d+)", stats.read_text()).group(1))
+    assert (banded > 0) == bands, stats.read_text()
+
+
 @pytest.mark.parametrize("build", [pytest.param(BUILD_9, id="9.0.2"), pytest.param(BUILD_MASTER, id="master")])
 @pytest.mark.parametrize("fmt", ["yuv422p10le", "yuva444p12le"])
 def test_round_trips_share_the_staging_pool(fake_discrete_layer, tmp_path, fmt, build):

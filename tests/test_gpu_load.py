@@ -224,6 +224,113 @@ def test_load_steady_windows(ffmpeg_dir: Path, clip: Path, tmp_path: Path):
     assert "load ff scaling, steady fps (all K running): K=1 " in res.stdout
 
 
+def test_load_rounds(ffmpeg_dir: Path, clip: Path, tmp_path: Path):
+    """--rounds N: every cell (build/variant) at each K in every round, the K of a cell back to
+    back and in reverse order every other round; the rounds' statistics and ratios; a variant's
+    environment (nt: glibc's non-temporal threshold) reaches its processes."""
+    out = tmp_path / "load.json"
+    res = gpu_load("load", "--ffmpeg", f"ff={ffmpeg_dir}", "--clip", str(clip), "--format", FMT,
+                   "--ks", "1,2", "--diag-ks", "1,2", "--variants", "nt", "--steady", "0.6", "--settle", "0.1",
+                   "--rounds", "2", "--exact-ks", "none", "--workdir", str(tmp_path / "w"), "--json", str(out))
+    assert res.returncode == 0, res.stdout + res.stderr
+    j = json.loads(out.read_text())
+    rd = j["rounds"]
+    assert rd["n"] == 2 and not j["scaling"]["ff"] and not j["diagnosis"] and not j["exact"]
+    assert [(c["variant"], c["ks"]) for c in rd["cells"]] == [("dl", [1, 2]), ("nt", [1, 2])]
+    for cell in ("ff/dl", "ff/nt"):
+        for k in ("1", "2"):
+            runs = rd["runs"][cell][k]
+            assert len(runs) == 2 and all(r["mode"] == "window" and r["steady_fps"] > 0 and r["k"] == int(k)
+                                          and r["failures"] == {} for r in runs)
+        one, two = rd["runs"][cell]["1"], rd["runs"][cell]["2"]
+        # round 1: K=1 then K=2; round 2 reversed
+        assert one[0]["started_s"] < two[0]["started_s"] and two[1]["started_s"] < one[1]["started_s"]
+    nt = rd["runs"]["ff/nt"]["2"][0]
+    assert nt["env"] == {"GLIBC_TUNABLES": "glibc.cpu.x86_non_temporal_threshold=0x40000"}
+    assert rd["runs"]["ff/dl"]["2"][0]["env"] == {}
+    # the dynamic loader of this machine reports the tunable as nt sets it
+    assert j["nt_threshold"]["nt"] == "0x40000" and j["nt_threshold"]["default"] != "0x40000"
+    sm = rd["summary"]
+    dl2 = sm["ff/dl"]["by_k"]["2"]
+    fps = [r["steady_fps"] for r in rd["runs"]["ff/dl"]["2"]]
+    assert dl2["steady_fps"] == fps and dl2["min"] == min(fps) and dl2["max"] == max(fps)
+    ratio = sm["ff/dl"]["k_ratio"]["2/1"]
+    assert list(sm["ff/dl"]["k_ratio"]) == ["2/1"] and ratio["rounds"] == 2
+    assert ratio["per_round"][1] == pytest.approx(fps[1] / rd["runs"]["ff/dl"]["1"][1]["steady_fps"], abs=1e-3)
+    assert sm["ff/nt"]["vs_dl"]["1"]["rounds"] == 2 and "vs_dl" not in sm["ff/dl"]
+    assert "load round 2/2, steady fps: ff/dl K=1 " in res.stdout
+    assert "load ff rounds dl K=2/K=1 per round " in res.stdout and "load ff rounds nt/dl: K=1 per round" in res.stdout
+
+
+def test_load_rounds_budget(ffmpeg_dir: Path, clip: Path, tmp_path: Path):
+    """--budget: after the first round, no round that would end past it; the summary is of the
+    rounds done."""
+    out = tmp_path / "load.json"
+    res = gpu_load("load", "--ffmpeg", f"ff={ffmpeg_dir}", "--clip", str(clip), "--format", FMT,
+                   "--ks", "1,2", "--variants", "", "--steady", "0.3", "--settle", "0.1", "--rounds", "5",
+                   "--budget", "0.5", "--exact-ks", "none", "--workdir", str(tmp_path / "w"), "--json", str(out))
+    assert res.returncode == 0, res.stdout + res.stderr
+    rd = json.loads(out.read_text())["rounds"]
+    assert rd["done"] == 1 and len(rd["runs"]["ff/dl"]["1"]) == len(rd["runs"]["ff/dl"]["2"]) == 1
+    assert rd["summary"]["ff/dl"]["k_ratio"]["2/1"]["rounds"] == 1
+    assert "load: 1 of 5 rounds in " in res.stdout and "load ff rounds dl K=2/K=1 per round" in res.stdout
+
+
+def test_rounds_summary_ratios_and_verdicts():
+    """The rounds' statistics from known figures: K=16 below K=4 in every round, a variant
+    above dl in every round at K=16, a round without a window left out of the ratios."""
+    gl = load_script("gpu-load")
+
+    def w(fps: float | None) -> dict:
+        return {"steady_fps": fps, "cpu_ms_per_frame": 12.0, "sys_ms_per_frame": 2.0, "cpu_busy": 0.8,
+                "all_running_s": 2.0, "teardown_s": 1.0}
+    runs = {"ff/dl": {"4": [w(1000.0), w(1010.0), w(990.0)], "16": [w(980.0), w(1000.0), w(985.0)]},
+            "ff/nt": {"4": [w(1000.0), w(1020.0), w(980.0)], "16": [w(1010.0), None, w(1000.0)]}}
+    sm = gl.rounds_summary(runs, 3)
+    r = sm["ff/dl"]["k_ratio"]["16/4"]
+    assert r["per_round"] == [0.98, pytest.approx(0.9901, abs=1e-4), pytest.approx(0.9949, abs=1e-4)]
+    assert r["at_or_above_1"] == 0 and r["rounds"] == 3 and r["max"] < 1
+    assert sm["ff/dl"]["by_k"]["4"]["mean"] == 1000.0 and sm["ff/dl"]["by_k"]["4"]["spread_pct"] == 2.0
+    nt = sm["ff/nt"]
+    assert nt["by_k"]["16"]["steady_fps"] == [1010.0, None, 1000.0] and nt["by_k"]["16"]["mean"] == 1005.0
+    assert nt["k_ratio"]["16/4"]["per_round"][1] is None and nt["k_ratio"]["16/4"]["rounds"] == 2
+    assert nt["k_ratio"]["16/4"]["at_or_above_1"] == 2
+    v = nt["vs_dl"]["16"]
+    assert v["rounds"] == 2 and v["above_1"] == 2 and v["per_round"][0] == pytest.approx(1010 / 980, abs=1e-4)
+    lines = gl.rounds_lines(sm, 3)
+    assert any(ln.startswith("load ff rounds dl K=16/K=4 per round 0.980 0.990 0.995") and
+               ln.endswith("K=16 below K=4 in every round") for ln in lines)
+    assert any(ln.startswith("load ff rounds nt K=16/K=4") and ln.endswith("K=16 >= K=4 in every round")
+               for ln in lines)
+    assert any(ln.startswith("load ff rounds nt/dl: K=4 per round 1.000 1.010 0.990") for ln in lines)
+    mixed = gl.rounds_summary({"ff/dl": {"4": [w(1000.0), w(1000.0)], "16": [w(990.0), w(1010.0)]}}, 2)
+    assert gl.rounds_lines(mixed, 2)[-1].endswith("K=16 >= K=4 in 1 of 2 rounds: equal within the noise")
+    # three K: the largest over each smaller one, the nearest first
+    three = gl.rounds_summary({"ff/dl": {"1": [w(600.0)], "4": [w(1000.0)], "16": [w(1010.0)]}}, 1)
+    assert list(three["ff/dl"]["k_ratio"]) == ["16/4", "16/1"]
+    assert three["ff/dl"]["k_ratio"]["16/1"]["per_round"] == [pytest.approx(1010 / 600, abs=1e-4)]
+
+
+def test_variants_compose(tmp_path: Path):
+    """Variants joined with '+': each part's options, no other; the environment of nt and nocache."""
+    gl = load_script("gpu-load")
+    b = gl.Build("ff", tmp_path)
+    argv = gl.ffmpeg_argv(b, "cpu2+nt", tmp_path / "c.mov", FMT, 0, 0, "0", 17)
+    assert argv[argv.index("-cpucount") + 1] == "2" and argv[argv.index("-threads") + 1] == "17"
+    assert argv[argv.index("-init_hw_device") + 1] == "vulkan=vk:0"
+    argv = gl.ffmpeg_argv(b, "dt2+poll0+lq2+ft1", tmp_path / "c.mov", FMT, 0, 0, "0", 17)
+    assert argv[argv.index("-init_hw_device") + 1] == "vulkan=vk:0,limit_queues=2,download_threads=2,download_poll_us=0"
+    assert argv[argv.index("-filter_threads") + 1] == "1" and "-threads" not in argv and "-cpucount" not in argv
+    argv = gl.ffmpeg_argv(b, "gpu+t8", tmp_path / "c.mov", FMT, 0, 0, "0", 17)
+    assert argv[argv.index("-threads") + 1] == "8" and "-vf" not in argv
+    env = gl.Variant("nt+nocache").env({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2", "X": "1"})
+    assert env == {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2:glibc.cpu.x86_non_temporal_threshold=0x40000",
+                   "X": "1", "__GL_SHADER_DISK_CACHE": "0"}
+    assert gl.Variant("vkstart").one_frame and gl.Variant("vkstart").vktime and not gl.Variant("start").vktime
+    with pytest.raises(gl.UsageError, match="given twice"):
+        gl.Variant("start+vkstart")
+
+
 def test_window_counts_a_process_that_ends_early(ffmpeg_dir: Path, tmp_path: Path):
     """A process that exits before it is stopped (here: no such input) is a failure."""
     gl = load_script("gpu-load")
@@ -291,7 +398,13 @@ def test_frames_at_interpolates_progress():
 @pytest.mark.parametrize("args, message", [
     (["--ks", "0,4"], "at least 1"),
     (["--ks", "a"], "comma-separated integers"),
-    (["--variants", "gpu,nosuch"], "unknown variant(s) nosuch"),
+    (["--variants", "gpu,nosuch"], "unknown variant 'nosuch'"),
+    (["--variants", "t2+t4"], "'t' given twice"),
+    (["--variants", "cpu2+t4"], "cpuN sets -threads itself"),
+    (["--variants", "dt0"], "at least 1"),
+    (["--rounds", "2"], "it needs --steady"),
+    (["--rounds", "2", "--steady", "1", "--budget", "-1"], "--budget takes seconds"),
+    (["--rounds", "2", "--steady", "1", "--variants", "start"], "start and vkstart have none"),
     (["--diag-build", "nope"], "--diag-build nope: not one of"),
     (["--variants", "vkstart"], "variant vkstart needs --vktime"),
     (["--steady", "-1"], "--steady and --settle take seconds"),

@@ -207,6 +207,20 @@ def test_limit_queues_rejects_bad_values(run_ffmpeg, value):
     assert f"Invalid limit_queues value: {value}" in res.stderr, res.stderr[-2000:]
 
 
+@pytest.mark.parametrize("opt, value", [("download_threads", "9"), ("download_threads", "-1"),
+                                        ("download_threads", "2x"), ("download_poll_us", "1000001"),
+                                        ("download_poll_us", "x")])
+def test_download_options_reject_bad_values(run_ffmpeg, opt, value):
+    """Patch 29's device options: a value out of range or not a number fails device creation
+    with a message naming the option and its range."""
+    res = run_ffmpeg("-hide_banner", "-nostdin", "-v", "error",
+                     "-init_hw_device", f"vulkan=vk:0,{opt}={value}",
+                     "-f", "lavfi", "-i", "color=s=16x16", "-frames:v", "1", "-f", "null", "-",
+                     check=False, timeout=60)
+    assert res.returncode != 0
+    assert f"Invalid {opt} value: {value} (0 to" in res.stderr, res.stderr[-2000:]
+
+
 def test_limit_queues_one_queue(hw_clips, run_ffmpeg):
     """limit_queues=1: every family gets one queue, and decoding with frame threads
     (which then share that queue) gives the same frames as the software decoder."""
