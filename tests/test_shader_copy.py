@@ -1,0 +1,129 @@
+"""The compute-shader copy (csrc/shcopy.c, csrc/shaders/planecopy.comp) that
+writes CUDA frames, checked here without CUDA: the same copy into host
+buffers (ppr_download_start_shader, and the pump's "host-shader" sink) gives
+the software decoder's planes sample for sample for 4:2:2, 4:4:4 + alpha,
+interlaced and odd sizes (odd plane widths, a plane of an odd number of
+samples), writes nothing outside its planes but the documented half word, and
+refuses layouts it does not take.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import pyprores
+from pyprores.corpus import clips
+from pyprores.decode import native
+
+from test_stream import assert_same, reference
+
+HAS_VK = native.available() and native.has_hwaccel("vulkan")
+pytestmark = pytest.mark.skipif(not HAS_VK, reason="this FFmpeg build has no prores_vulkan hwaccel")
+FRAMES = 4
+SPECS = {s.name: clips.ClipSpec(**{**s.__dict__, "frames": FRAMES}) for s in clips.DEFAULT_CLIPS}
+# 40 x 33: rows of even width, an odd number of rows
+SPECS["odd4444"] = clips.ClipSpec("odd4444", width=40, height=33, frames=FRAMES, profile="4444",
+                                  pix_fmt="yuv444p10le")
+# 42 x 35 4:2:2: chroma rows of 21 samples (pairs span two rows), 735 samples a
+# chroma plane (its last word half empty)
+SPECS["odd422"] = clips.ClipSpec("odd422", width=42, height=35, frames=FRAMES, profile="hq",
+                                 pix_fmt="yuv422p10le")
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("shcopy")
+    return {name: clips.generate(spec, d) for name, spec in SPECS.items()}
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_frames_equal_the_software_decoder(paths, name):
+    """Every frame through the pump's host-shader sink, all of them copied by
+    the shader (none fell back to a transfer)."""
+    want = reference(paths[name])
+    with pyprores.open_decoder(paths[name], _pump="host-shader", max_in_flight=3) as dec:
+        assert dec.pump == "host-shader"
+        got = list(dec)
+        st = dec.stats()
+    assert len(got) == len(want) == FRAMES
+    for n, (g, w) in enumerate(zip(got, want)):
+        assert_same(g, w, f"{name} frame {n}")
+    assert st["shader_copies"] == FRAMES and st["transfer_copies"] == 0, st
+
+
+def _session_with_frame(path: Path) -> tuple[native.Session, Any, Any]:
+    """A streaming Vulkan session with its first frame received."""
+    L, ffi = native.lib, native.ffi
+    with pyprores.open(path) as src:
+        packets = list(src.packets())
+    s = native.Session("vulkan")
+    ptr = s._live()
+    s.stream_config(max_in_flight=2, err_detect=False)
+    for p in packets:
+        s.send_packet(p)
+    c = ffi.new("ppr_stream_frame *")
+    for _ in range(len(packets) + 1):
+        rc = L.ppr_receive_frame(ptr, c)
+        if rc == L.PPR_RECV_FRAME:
+            return s, ptr, c
+        assert rc == L.PPR_RECV_AGAIN
+        assert L.ppr_send_packet(ptr, ffi.NULL, 0, 0, 0) in (0, L.PPR_EAGAIN)
+    raise AssertionError("no frame")
+
+
+def test_writes_only_its_planes_and_refuses_what_it_does_not_take(paths):
+    L, ffi = native.lib, native.ffi
+    want = reference(paths["odd422"])[0]
+    sw = native.Session("software")
+    assert L.ppr_copier_new(sw._live()) == ffi.NULL
+    assert "Vulkan session" in ffi.string(L.ppr_last_error(sw._live())).decode()
+    sw.close()
+
+    s, ptr, c = _session_with_frame(paths["odd422"])
+    shapes = [(c.layout.plane[i].height, c.layout.plane[i].width) for i in range(c.layout.count)]
+    assert [sh for sh in shapes] == [want.planes[k].shape for k in ("Y", "Cb", "Cr")]
+    gap = 256                                  # sentinel bytes between and after the planes
+    offsets, size = [], gap
+    for h, w in shapes:
+        offsets.append(size)
+        size += (h * w * 2 + 3) // 4 * 4 + gap
+    b = ffi.gc(L.ppr_host_buffer_new(ptr, size), L.ppr_host_buffer_free)
+    cp = ffi.gc(L.ppr_copier_new(ptr), L.ppr_copier_free)
+    assert b != ffi.NULL and cp != ffi.NULL
+    data = int(ffi.cast("uintptr_t", L.ppr_host_buffer_data(b)))
+    mem = np.frombuffer(ffi.buffer(ffi.cast("uint8_t *", data), size), np.uint8)
+    mem[:] = 0xAB
+
+    def planes(stride_extra: int = 0) -> Any:
+        pl = ffi.new("ppr_planes *")
+        pl.count = len(shapes)
+        for i, ((h, w), off) in enumerate(zip(shapes, offsets)):
+            p = pl.plane[i]
+            p.width, p.height, p.stride = w, h, w * 2 + stride_extra
+            p.data = ffi.cast("uint16_t *", data + off)
+        return pl
+
+    # padded rows: the shader writes packed planes only (the frame stays the session's)
+    assert L.ppr_download_start_shader(ptr, b, cp, planes(stride_extra=4)) == L.PPR_EINVAL
+    assert "does not take" in ffi.string(L.ppr_last_error(ptr)).decode()
+    assert L.ppr_copier_copies(cp) == 0
+    assert L.ppr_download_start_shader(ptr, b, cp, planes()) == 0
+    assert L.ppr_download_start_shader(ptr, b, cp, planes()) == L.PPR_EINVAL   # taken already
+    s.close()                                  # the copier and the buffer outlive the session
+    assert L.ppr_host_buffer_wait(b) == 0 and L.ppr_copier_copies(cp) == 1
+    written = np.zeros(size, bool)
+    for (h, w), off, name in zip(shapes, offsets, ("Y", "Cb", "Cr")):
+        got = mem[off:off + h * w * 2].view(np.uint16).reshape(h, w)
+        assert np.array_equal(got, want.planes[name]), name
+        end = off + (h * w * 2 + 3) // 4 * 4
+        written[off:end] = True
+        if h * w % 2:                          # the last word's second half: zero
+            assert mem[off + h * w * 2:end].tolist() == [0, 0], name
+    assert (mem[~written] == 0xAB).all(), np.flatnonzero(mem[~written] != 0xAB)[:8]
+    del mem
+    ffi.release(cp)
+    ffi.release(b)
