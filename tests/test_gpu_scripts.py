@@ -348,3 +348,21 @@ def test_dry_run_pack_new_layer(tmp_path: Path):
         assert gp.main(["--out", str(tmp_path / "g"), "--dry-run", "--new-layer", f"ff={ffdir}"]) == 0
     assert "layers-new/: vulkan-validationlayers of Debian trixie" in buf.getvalue()
     assert "mallstat/libmallstat.so, libpoolstat.so" in buf.getvalue()
+
+
+def test_dry_run_cudacopy_step(pack: Path, tmp_path: Path):
+    """Issue 33's A/B of the copy into CUDA memory: numpy, the shader copy, the transfer
+    copy, the pump without a copy and the shader copy into host buffers, in rounds on
+    the first clip, then the summary over the rounds' JSON."""
+    res = gpu_run("--pack", str(pack), "--dry-run", "--clips", "4k-422hq,4k-4444xq", "--cudacopy-rounds", "3",
+                  "--bench-args", "--repeat 1 --in-flight 16", "cudacopy@ff10", out=tmp_path / "out")
+    assert res.returncode == 0, res.stderr
+    out = tmp_path / "out"
+    assert f"step cudacopy ff10: timeout 240 s, log {out}/cudacopy-ff10.log" in res.stdout
+    assert ("3 rounds: python3 tools/gpu/bench --ffmpeg " f"{pack}/ff10 --decbench {pack}/ff10/bin/decbench"
+            in res.stdout)
+    assert ("--clips 4k-422hq --modes py-stream-ed,py-cuda,py-cuda-xfer,py-cuda-nocopy,py-cuda-hostsh "
+            f"--json {out}/cudacopy-ff10-rN.json --repeat 1 --in-flight 16" in res.stdout)
+    assert "--cudacopy-summary" in res.stdout
+    bad = gpu_run("--pack", str(pack), "--dry-run", "--cudacopy-rounds", "0", "cudacopy")
+    assert bad.returncode == 2 and "--cudacopy-rounds" in bad.stderr
