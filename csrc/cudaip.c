@@ -467,6 +467,8 @@ void ppr_cuda_copies(ppr_cuda *c, uint64_t *shader, uint64_t *transfer)
 
 void ppr_cuda_close(ppr_cuda *c)
 {
+    if (c)                      /* the decoder's frames are not held by its tensors */
+        ppr__copier_release_frames(c->sh);
     cuda_unref(c);
 }
 
@@ -1616,9 +1618,11 @@ void ppr_pump_free(ppr_pump *p)
         ppr_packet_free(p->in[(p->in_head + i) % p->in_cap]);
     for (i = 0; i < p->nb_pool; i++)
         buffer_unref(p->pool[i]);
-    if (p->c)
+    if (p->c) {                 /* the stream ended: the decoder's frames go */
+        ppr__copier_release_frames(p->c->sh);
         cuda_unref(p->c);
-    ppr_copier_free(p->cp);     /* after the host buffers it wrote: waits for the rest */
+    }
+    ppr_copier_free(p->cp);     /* waits for its copies */
     pthread_cond_destroy(&p->cond);
     pthread_mutex_destroy(&p->lock);
     free(p->in);

@@ -144,6 +144,11 @@ int ppr__copier_create(ppr_copier **out, AVBufferRef *device,
 /* Wait for its copies, then free it. NULL-safe. */
 void ppr__copier_free(ppr_copier *cp);
 
+/* Wait for its copies, destroy the images' views it keeps and let go of the
+ * frames context they belong to (which holds the decoder's frames): when the
+ * stream ends. NULL-safe. */
+void ppr__copier_release_frames(ppr_copier *cp);
+
 /* Copies it submitted. */
 uint64_t ppr__copier_copies(ppr_copier *cp);
 
