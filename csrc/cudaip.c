@@ -227,7 +227,7 @@ struct ppr_cuda {
     VkQueue queue;                  /* the transfer queue (PPR_COPY_TRANSFER) */
     ppr_copier *sh;                 /* the shader copy's (PPR_COPY_SHADER), or NULL */
     char sh_err[PPR_MSG_SIZE];      /* why there is none */
-    int copy;                       /* PPR_COPY_SHADER or PPR_COPY_TRANSFER */
+    int copy;                       /* PPR_COPY_SHADER(_ASYNC) or PPR_COPY_TRANSFER */
     int last_shader;                /* the last copy went to the copier's queue */
     uint64_t n_shader, n_transfer;  /* copies so far */
     VkSemaphore ready;              /* exported timeline semaphore: copies signal it */
@@ -338,8 +338,10 @@ int ppr__cuda_create(ppr_cuda **out, AVBufferRef *device, const char *device_nam
     c->alloc = hw->alloc;
     if ((ret = ppr__vk_load(&c->vk, hw)) < 0)
         goto fail;
-    if (!c->vk.GetMemoryFdKHR || !c->vk.GetSemaphoreFdKHR || !c->vk.GetPhysicalDeviceProperties2) {
-        ret = ppr__fail(PPR_ENODEVICE, "the Vulkan device has no vkGetMemoryFdKHR/vkGetSemaphoreFdKHR");
+    if (!c->vk.GetMemoryFdKHR || !c->vk.GetSemaphoreFdKHR || !c->vk.GetPhysicalDeviceProperties2 ||
+        !c->vk.WaitSemaphores) {
+        ret = ppr__fail(PPR_ENODEVICE, "the Vulkan device has no vkGetMemoryFdKHR/vkGetSemaphoreFdKHR/"
+                        "vkWaitSemaphores");
         goto fail;
     }
 
@@ -438,16 +440,21 @@ int ppr_cuda_device(const ppr_cuda *c) { return c ? c->ordinal : -1; }
 
 int ppr_cuda_set_copy(ppr_cuda *c, int how)
 {
+    int ret = 0;
+
     ppr__clear_error();
-    if (!c || (how != PPR_COPY_SHADER && how != PPR_COPY_TRANSFER))
-        return ppr__fail(PPR_EINVAL, "ppr_cuda_set_copy: no CUDA side, or not PPR_COPY_SHADER "
-                         "or PPR_COPY_TRANSFER");
-    if (how == PPR_COPY_SHADER && !c->sh)
+    if (!c || (how != PPR_COPY_SHADER && how != PPR_COPY_TRANSFER && how != PPR_COPY_SHADER_ASYNC))
+        return ppr__fail(PPR_EINVAL, "ppr_cuda_set_copy: no CUDA side, or not PPR_COPY_SHADER, "
+                         "PPR_COPY_SHADER_ASYNC or PPR_COPY_TRANSFER");
+    if (how != PPR_COPY_TRANSFER && !c->sh)
         return ppr__fail(PPR_ENODEVICE, "no shader copies on this device: %s", c->sh_err);
     pthread_mutex_lock(&c->lock);
-    c->copy = how;
+    if (c->sh)
+        ret = ppr__copier_set_async(c->sh, how == PPR_COPY_SHADER_ASYNC);
+    if (!ret)
+        c->copy = how;
     pthread_mutex_unlock(&c->lock);
-    return 0;
+    return ret;
 }
 
 void ppr_cuda_copies(ppr_cuda *c, uint64_t *shader, uint64_t *transfer)
@@ -481,7 +488,13 @@ static int buffer_idle(ppr_cuda_buffer *b)
     int i, ret = 0;
 
     if (b->pending) {
-        r = b->c->vk.WaitForFences(b->c->dev, 1, &b->fence, VK_TRUE, 60ULL * 1000000000ULL);
+        /* the exported timeline at the copy's value, whichever queue copied */
+        r = b->c->vk.WaitSemaphores(b->c->dev, &(VkSemaphoreWaitInfo) {
+            .sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO,
+            .semaphoreCount = 1,
+            .pSemaphores = &b->c->ready,
+            .pValues = &b->ready_value,
+        }, 60ULL * 1000000000ULL);
         if (r != VK_SUCCESS)
             return ppr__fail(r == VK_TIMEOUT ? PPR_EDECODE : PPR_ENODEVICE,
                              "waiting for a copy to CUDA memory failed (VkResult %d)", (int)r);
@@ -695,9 +708,9 @@ int ppr__cuda_download_start(ppr_cuda_buffer *b, AVFrame *frame, const ppr_plane
      * one waits for the last one's value first. */
     pthread_mutex_lock(&c->lock);
     ret = 1;
-    if (c->copy == PPR_COPY_SHADER && c->sh) {
+    if (c->copy != PPR_COPY_TRANSFER && c->sh) {
         ret = ppr__copier_submit(c->sh, frame, offset, out, &(ppr__copy_dst) {
-                .buf = b->buf, .size = b->size, .fence = b->fence,
+                .buf = b->buf, .size = b->size,     /* the timeline says when it ended */
                 .signal = c->ready, .signal_value = c->ready_value + 1,
                 .wait = !c->last_shader && c->ready_value ? c->ready : VK_NULL_HANDLE,
                 .wait_value = c->ready_value,
@@ -1063,8 +1076,11 @@ static void pump_post_error(ppr_pump *p, int code, int index, const char *msg)
  * images are not held by buffers that frames or tensors keep. */
 static void buffer_poll(ppr_cuda_buffer *b)
 {
+    uint64_t v = 0;
+
     pthread_mutex_lock(&b->lock);
-    if (b->pending && b->c->vk.WaitForFences(b->c->dev, 1, &b->fence, VK_TRUE, 0) == VK_SUCCESS) {
+    if (b->pending && b->c->vk.GetSemaphoreCounterValue(b->c->dev, b->c->ready, &v) == VK_SUCCESS &&
+        v >= b->ready_value) {
         b->pending = 0;
         av_frame_free(&b->frame);
     }
@@ -1190,7 +1206,7 @@ static int pump_receive(ppr_pump *p)
         }
         t0 = now_ns();
         rc = p->sink == PPR_PUMP_CUDA ? ppr_cuda_download_start(p->s, e.f.cuda, pl) :
-             p->sink == PPR_PUMP_HOST_SHADER ? ppr_download_start_shader(p->s, e.f.host, p->cp, pl)
+             p->cp ? ppr_download_start_shader(p->s, e.f.host, p->cp, pl)
                                              : ppr_download_start(p->s, e.f.host, pl);
         p->mine.copy_ns += now_ns() - t0;
         if (rc < 0) {
@@ -1456,7 +1472,7 @@ int ppr_pump_open(ppr_pump **out, ppr_session *s, ppr_cuda *c, int sink, ppr_rea
     if (!out)
         return ppr__fail(PPR_EINVAL, "out is NULL");
     *out = NULL;
-    if (!s || depth < 1 || depth > 64 || sink < PPR_PUMP_NONE || sink > PPR_PUMP_HOST_SHADER ||
+    if (!s || depth < 1 || depth > 64 || sink < PPR_PUMP_NONE || sink > PPR_PUMP_HOST_SHADER_ASYNC ||
         (sink == PPR_PUMP_CUDA && !c))
         return ppr__fail(PPR_EINVAL, "ppr_pump_open: no session, a depth outside 1..64, or "
                          "no CUDA side for the CUDA sink");
@@ -1483,7 +1499,9 @@ int ppr_pump_open(ppr_pump **out, ppr_session *s, ppr_cuda *c, int sink, ppr_rea
         p->c = c;
         __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
     }
-    if (sink == PPR_PUMP_HOST_SHADER && !(p->cp = ppr_copier_new(s))) {
+    if ((sink == PPR_PUMP_HOST_SHADER || sink == PPR_PUMP_HOST_SHADER_ASYNC) &&
+        (!(p->cp = ppr_copier_new(s)) ||
+         (sink == PPR_PUMP_HOST_SHADER_ASYNC && ppr_copier_set_async(p->cp, 1) < 0))) {
         char msg[PPR_MSG_SIZE];
         snprintf(msg, sizeof(msg), "%s", *ppr_last_error(s) ? ppr_last_error(s) : ppr_last_error(NULL));
         ppr_pump_free(p);

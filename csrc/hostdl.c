@@ -46,9 +46,12 @@ struct ppr_host_buffer {
     VkCommandPool pool;
     VkCommandBuffer cmd;
     VkFence fence;
+    VkSemaphore tl;                 /* timeline the shader copies signal (made by the first) */
+    uint64_t tl_value;              /* the value the last one signals */
 
     pthread_mutex_t lock;           /* start, wait and free on any thread */
     int pending;                    /* a copy submitted and not waited for */
+    int pending_tl;                 /* it signals tl at tl_value (not the fence) */
     AVFrame *frame;                 /* its frame, held until it completes */
 };
 
@@ -173,6 +176,8 @@ static void destroy(ppr_host_buffer *b)
     host_vk *f = &b->vk;
 
     if (b->dev) {
+        if (b->tl)
+            f->DestroySemaphore(b->dev, b->tl, b->alloc);
         if (b->fence)
             f->DestroyFence(b->dev, b->fence, b->alloc);
         if (b->pool)
@@ -290,7 +295,15 @@ static int wait_locked(ppr_host_buffer *b)
 
     if (!b->pending)
         return 0;
-    r = b->vk.WaitForFences(b->dev, 1, &b->fence, VK_TRUE, WAIT_NS);
+    if (b->pending_tl)
+        r = b->vk.WaitSemaphores(b->dev, &(VkSemaphoreWaitInfo) {
+            .sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO,
+            .semaphoreCount = 1,
+            .pSemaphores = &b->tl,
+            .pValues = &b->tl_value,
+        }, WAIT_NS);
+    else
+        r = b->vk.WaitForFences(b->dev, 1, &b->fence, VK_TRUE, WAIT_NS);
     if (r == VK_TIMEOUT)
         return ppr__fail(PPR_EDECODE, "the GPU did not finish a download within %llu s",
                          (unsigned long long)(WAIT_NS / 1000000000ULL));
@@ -575,6 +588,7 @@ int ppr__host_download_start(ppr_host_buffer *b, AVFrame *frame, const ppr_plane
     av_frame_move_ref(hold, frame);
     b->frame = hold;
     b->pending = 1;
+    b->pending_tl = 0;
     pthread_mutex_unlock(&b->lock);
     return 0;
 }
@@ -599,8 +613,25 @@ int ppr__host_download_shader(ppr_host_buffer *b, ppr_copier *cp, AVFrame *frame
         av_frame_free(&hold);
         return ppr__fail(PPR_EINVAL, "the host buffer has a download in progress: wait for it first");
     }
+    /* the copy signals a timeline of the buffer's own, not its fence: a
+     * copier may submit on a thread of its own, which must not race a waiter
+     * on the same fence */
+    if (!b->tl && (!b->vk.WaitSemaphores ||
+                   b->vk.CreateSemaphore(b->dev, &(VkSemaphoreCreateInfo) {
+                       .sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO,
+                       .pNext = &(VkSemaphoreTypeCreateInfo) {
+                           .sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO,
+                           .semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE,
+                       },
+                   }, b->alloc, &b->tl) != VK_SUCCESS)) {
+        b->tl = VK_NULL_HANDLE;
+        pthread_mutex_unlock(&b->lock);
+        av_frame_free(&hold);
+        return ppr__fail(PPR_ENODEVICE, "could not make the host buffer's timeline semaphore");
+    }
     ret = ppr__copier_submit(cp, frame, offset, out, &(ppr__copy_dst) {
-            .buf = b->buf, .size = b->size, .fence = b->fence, .to_host = 1,
+            .buf = b->buf, .size = b->size, .to_host = 1,
+            .signal = b->tl, .signal_value = b->tl_value + 1,
         });
     if (ret) {
         pthread_mutex_unlock(&b->lock);
@@ -613,6 +644,8 @@ int ppr__host_download_shader(ppr_host_buffer *b, ppr_copier *cp, AVFrame *frame
     av_frame_move_ref(hold, frame);
     b->frame = hold;
     b->pending = 1;
+    b->pending_tl = 1;
+    b->tl_value++;
     pthread_mutex_unlock(&b->lock);
     return 0;
 }

@@ -493,6 +493,12 @@ ppr_copier *ppr_copier_new(ppr_session *session);
 /* Copies it submitted so far. */
 uint64_t ppr_copier_copies(ppr_copier *copier);
 
+/* 1: vkQueueSubmit runs on a thread of the copier's own, the copy's commands
+ * recorded and its semaphore values taken by the caller (work submitted on
+ * the frame meanwhile waits for them on the GPU); 0 (the default): in the
+ * caller's call. 0, or an error. */
+int ppr_copier_set_async(ppr_copier *copier, int on);
+
 /* Wait for its copies, then free it. NULL-safe. */
 void ppr_copier_free(ppr_copier *copier);
 
@@ -608,13 +614,16 @@ int ppr_cuda_device(const ppr_cuda *cuda);
 
 /* How frames are copied into CUDA buffers: PPR_COPY_SHADER (the default; a
  * compute shader on a compute queue, see ppr_copier; frames or layouts it
- * does not take go by transfer) or PPR_COPY_TRANSFER (vkCmdCopyImageToBuffer
- * on a transfer queue). Any time: the exported semaphore's values stay in
- * order across the two queues. PPR_ENODEVICE (with the reason) when the
- * device cannot run the shader copy; PPR_EINVAL for another value. */
+ * does not take go by transfer), PPR_COPY_SHADER_ASYNC (the same, its
+ * vkQueueSubmit on a thread of the copier's own: ppr_copier_set_async) or
+ * PPR_COPY_TRANSFER (vkCmdCopyImageToBuffer on a transfer queue). Any time:
+ * the exported semaphore's values stay in order across the two queues.
+ * PPR_ENODEVICE (with the reason) when the device cannot run the shader
+ * copy; PPR_EINVAL for another value. */
 enum {
     PPR_COPY_SHADER = 0,
-    PPR_COPY_TRANSFER = 1
+    PPR_COPY_TRANSFER = 1,
+    PPR_COPY_SHADER_ASYNC = 2
 };
 int ppr_cuda_set_copy(ppr_cuda *cuda, int how);
 
@@ -700,7 +709,8 @@ enum {
     PPR_PUMP_NONE = 0,
     PPR_PUMP_CUDA = 1,
     PPR_PUMP_HOST = 2,
-    PPR_PUMP_HOST_SHADER = 3    /* the host sink, copies by a ppr_copier (tests) */
+    PPR_PUMP_HOST_SHADER = 3,   /* the host sink, copies by a ppr_copier (tests) */
+    PPR_PUMP_HOST_SHADER_ASYNC = 4  /* the same, the copier's submissions on its thread */
 };
 
 typedef struct ppr_pump_frame {

@@ -14,10 +14,11 @@
  *     frame's layout[]/access[];
  *   - dispatches one workgroup column per plane (z = plane): each
  *     invocation reads two samples and writes one 32-bit word;
- *   - signals the destination's fence (reset here), a timeline semaphore of
- *     the destination's (CUDA's exported one) if any, and the copier's own
- *     timeline, whose value says when a slot's command buffer, descriptor
- *     set and image views may be reused.
+ *   - signals a timeline semaphore of the destination's (CUDA's exported one,
+ *     a host buffer's own), the destination's fence if it gives one (reset
+ *     here; not with asynchronous submission), and the copier's own timeline,
+ *     whose value says when a slot's command buffer and descriptor set may be
+ *     reused.
  * Slots (command pool and buffer, descriptor set) go round; a slot is reused
  * once its previous submission ended, which with SLOTS slots is almost always
  * already true (a wait on the host otherwise).
@@ -55,6 +56,12 @@ typedef struct copier_slot {
     VkCommandBuffer cmd;
     VkDescriptorSet set;
     uint64_t value;             /* the copier's timeline when its submission ended */
+    /* its submission: what it waits for and signals, and the fence */
+    VkSemaphore wait[5], sig[6];
+    uint64_t wait_val[5], sig_val[6];
+    VkPipelineStageFlags stage[5];
+    int nb_wait, nb_sig;
+    VkFence fence;
 } copier_slot;
 
 typedef struct copier_view {
@@ -87,6 +94,15 @@ struct ppr_copier {
     AVBufferRef *frames;        /* the frames context the views' images belong to */
     copier_view view[VIEWS];
     int nb_views;
+    /* asynchronous submission: a thread of the copier's own calls vkQueueSubmit
+     * for the slots queued here, in order */
+    int async;
+    pthread_t thread;
+    int thread_started, quit;
+    pthread_mutex_t q_lock;     /* the fields below */
+    pthread_cond_t q_cond;
+    int q[SLOTS], q_head, q_count;
+    int q_err;                  /* a submission failed: the error, reported by the next copy */
 };
 
 /* The family the copies go to: the decoder takes the first family of the
@@ -199,11 +215,99 @@ fail:
     return ret;
 }
 
+/* vkQueueSubmit of slot s's recorded copy; the caller holds cp->lock (inline)
+ * or is the submission thread. */
+static VkResult submit_slot(ppr_copier *cp, copier_slot *s)
+{
+    VkResult r;
+
+    ppr__lock_queue(cp->dc, cp->qf, cp->qi, 1);
+    r = cp->vk.QueueSubmit(cp->queue, 1, &(VkSubmitInfo) {
+        .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
+        .pNext = &(VkTimelineSemaphoreSubmitInfo) {
+            .sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO,
+            .waitSemaphoreValueCount = s->nb_wait,
+            .pWaitSemaphoreValues = s->wait_val,
+            .signalSemaphoreValueCount = s->nb_sig,
+            .pSignalSemaphoreValues = s->sig_val,
+        },
+        .waitSemaphoreCount = s->nb_wait,
+        .pWaitSemaphores = s->wait,
+        .pWaitDstStageMask = s->stage,
+        .commandBufferCount = 1,
+        .pCommandBuffers = &s->cmd,
+        .signalSemaphoreCount = s->nb_sig,
+        .pSignalSemaphores = s->sig,
+    }, s->fence);
+    ppr__lock_queue(cp->dc, cp->qf, cp->qi, 0);
+    return r;
+}
+
+/* The submission thread: the queued slots, in order, until told to quit with
+ * none left. A failed submission never signals its semaphores: the error is
+ * kept for the next copy to report (the device is lost or out of memory). */
+static void *submit_run(void *arg)
+{
+    ppr_copier *cp = arg;
+    VkResult r;
+    int i;
+
+    pthread_mutex_lock(&cp->q_lock);
+    for (;;) {
+        while (!cp->q_count && !cp->quit)
+            pthread_cond_wait(&cp->q_cond, &cp->q_lock);
+        if (!cp->q_count)
+            break;
+        i = cp->q[cp->q_head];
+        pthread_mutex_unlock(&cp->q_lock);
+        r = submit_slot(cp, &cp->slot[i]);
+        pthread_mutex_lock(&cp->q_lock);
+        if (r != VK_SUCCESS && !cp->q_err)
+            cp->q_err = r;
+        cp->q_head = (cp->q_head + 1) % SLOTS;
+        cp->q_count--;
+    }
+    pthread_mutex_unlock(&cp->q_lock);
+    return NULL;
+}
+
+int ppr__copier_set_async(ppr_copier *cp, int on)
+{
+    int ret = 0;
+
+    pthread_mutex_lock(&cp->lock);
+    if (on && !cp->thread_started) {
+        if (pthread_create(&cp->thread, NULL, submit_run, cp))
+            ret = ppr__fail(PPR_ENOMEM, "could not start the shader copy's submission thread");
+        else
+            cp->thread_started = 1;
+    }
+    if (!ret)
+        cp->async = !!on;
+    pthread_mutex_unlock(&cp->lock);
+    return ret;
+}
+
+int ppr_copier_set_async(ppr_copier *cp, int on)
+{
+    ppr__clear_error();
+    if (!cp)
+        return ppr__fail(PPR_EINVAL, "ppr_copier_set_async: copier is NULL");
+    return ppr__copier_set_async(cp, on);
+}
+
 static void copier_destroy(ppr_copier *cp)
 {
     host_vk *f = &cp->vk;
     int i;
 
+    if (cp->thread_started) {   /* it submits what is queued, then ends */
+        pthread_mutex_lock(&cp->q_lock);
+        cp->quit = 1;
+        pthread_cond_broadcast(&cp->q_cond);
+        pthread_mutex_unlock(&cp->q_lock);
+        pthread_join(cp->thread, NULL);
+    }
     if (cp->dev) {
         /* nothing may be pending while its objects go (a failure here is a
          * lost device, which runs nothing more) */
@@ -233,6 +337,8 @@ static void copier_destroy(ppr_copier *cp)
     if (cp->release)
         cp->release(cp->release_opaque);
     pthread_mutex_destroy(&cp->lock);
+    pthread_mutex_destroy(&cp->q_lock);
+    pthread_cond_destroy(&cp->q_cond);
     free(cp);
 }
 
@@ -259,6 +365,8 @@ int ppr__copier_create(ppr_copier **out, AVBufferRef *device,
         return ppr__fail(PPR_ENOMEM, "out of memory");
     }
     pthread_mutex_init(&cp->lock, NULL);
+    pthread_mutex_init(&cp->q_lock, NULL);
+    pthread_cond_init(&cp->q_cond, NULL);
     cp->release = release;
     cp->release_opaque = release_opaque;
     /* from here on copier_destroy() undoes everything, the caller's hold included */
@@ -447,12 +555,9 @@ int ppr__copier_submit(ppr_copier *cp, AVFrame *frame, const size_t offset[4],
     VkImageMemoryBarrier bar[4];
     VkDescriptorImageInfo img[4];
     VkWriteDescriptorSet wr[5];
-    VkSemaphore wait[5], sig[6];
-    uint64_t wait_val[5], sig_val[6];
-    VkPipelineStageFlags wait_stage[5];
     VkImageView views[4];
     uint32_t pc[16] = { 0 }, groups = 1;
-    int i, nb_planes, nb_bar = 0, nb_wait, nb_sig, ret = 0, locked = 0;
+    int i, nb_planes, nb_bar = 0, ret = 0, locked = 0;
     VkResult r;
 
     if (!frame || frame->format != AV_PIX_FMT_VULKAN || !frame->hw_frames_ctx || !frame->data[0])
@@ -467,6 +572,20 @@ int ppr__copier_submit(ppr_copier *cp, AVFrame *frame, const size_t offset[4],
     nb_planes = out->count;
 
     pthread_mutex_lock(&cp->lock);
+    if (cp->async && d->fence) {    /* its waiters would race the thread's vkQueueSubmit */
+        ret = ppr__fail(PPR_EINVAL, "a fence for an asynchronous shader copy");
+        goto fail;
+    }
+    if (cp->async) {
+        pthread_mutex_lock(&cp->q_lock);
+        r = cp->q_err;
+        pthread_mutex_unlock(&cp->q_lock);
+        if (r != VK_SUCCESS) {
+            ret = ppr__fail(PPR_ENODEVICE, "an earlier shader copy could not be submitted "
+                            "(VkResult %d)", (int)r);
+            goto fail;
+        }
+    }
     s = &cp->slot[cp->next];
     /* the slot's previous submission must have ended: its views go, its
      * command buffer and descriptor set are written again */
@@ -536,7 +655,8 @@ int ppr__copier_submit(ppr_copier *cp, AVFrame *frame, const size_t offset[4],
                 .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
                 .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT,
             }), "vkBeginCommandBuffer");
-    PPR_VKCHECK(cp->vk.ResetFences(cp->dev, 1, &d->fence), "vkResetFences");
+    if (d->fence)
+        PPR_VKCHECK(cp->vk.ResetFences(cp->dev, 1, &d->fence), "vkResetFences");
 
     /* From here until the submission, no one else may touch the frame's
      * semaphores and layouts (the decoder's threads use the same lock). */
@@ -561,10 +681,10 @@ int ppr__copier_submit(ppr_copier *cp, AVFrame *frame, const size_t offset[4],
                     .layerCount = 1,
                 },
             };
-        wait[i] = sig[i] = vkf->sem[i];
-        wait_val[i] = vkf->sem_value[i];
-        sig_val[i] = vkf->sem_value[i] + 1;
-        wait_stage[i] = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
+        s->wait[i] = s->sig[i] = vkf->sem[i];
+        s->wait_val[i] = vkf->sem_value[i];
+        s->sig_val[i] = vkf->sem_value[i] + 1;
+        s->stage[i] = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
     }
     if (nb_bar)
         cp->vk.CmdPipelineBarrier(s->cmd, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT,
@@ -586,37 +706,35 @@ int ppr__copier_submit(ppr_copier *cp, AVFrame *frame, const size_t offset[4],
                                   }, 0, NULL, 0, NULL);
     r = cp->vk.EndCommandBuffer(s->cmd);
     if (r == VK_SUCCESS) {
-        nb_wait = nb_sig = nb_planes;
+        s->nb_wait = s->nb_sig = nb_planes;
         if (d->wait) {
-            wait[nb_wait] = d->wait;
-            wait_val[nb_wait] = d->wait_value;
-            wait_stage[nb_wait++] = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
+            s->wait[s->nb_wait] = d->wait;
+            s->wait_val[s->nb_wait] = d->wait_value;
+            s->stage[s->nb_wait++] = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
         }
-        sig[nb_sig] = cp->done;
-        sig_val[nb_sig++] = cp->seq + 1;
+        s->sig[s->nb_sig] = cp->done;
+        s->sig_val[s->nb_sig++] = cp->seq + 1;
         if (d->signal) {
-            sig[nb_sig] = d->signal;
-            sig_val[nb_sig++] = d->signal_value;
+            s->sig[s->nb_sig] = d->signal;
+            s->sig_val[s->nb_sig++] = d->signal_value;
         }
-        ppr__lock_queue(cp->dc, cp->qf, cp->qi, 1);
-        r = cp->vk.QueueSubmit(cp->queue, 1, &(VkSubmitInfo) {
-            .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
-            .pNext = &(VkTimelineSemaphoreSubmitInfo) {
-                .sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO,
-                .waitSemaphoreValueCount = nb_wait,
-                .pWaitSemaphoreValues = wait_val,
-                .signalSemaphoreValueCount = nb_sig,
-                .pSignalSemaphoreValues = sig_val,
-            },
-            .waitSemaphoreCount = nb_wait,
-            .pWaitSemaphores = wait,
-            .pWaitDstStageMask = wait_stage,
-            .commandBufferCount = 1,
-            .pCommandBuffers = &s->cmd,
-            .signalSemaphoreCount = nb_sig,
-            .pSignalSemaphores = sig,
-        }, d->fence);
-        ppr__lock_queue(cp->dc, cp->qf, cp->qi, 0);
+        s->fence = d->fence;
+        if (cp->async) {
+            /* Submitted by the copier's thread, in this order. The values are
+             * taken now, under lock_frame(): work on the images submitted
+             * meanwhile waits for them on the GPU (timeline semaphores may be
+             * waited for before their signal is submitted), and every wait on
+             * the host (slot reuse, fences, flush) ends once the thread
+             * submitted. A slot comes back only once its copy ended, so the
+             * queue never holds more than SLOTS. */
+            pthread_mutex_lock(&cp->q_lock);
+            cp->q[(cp->q_head + cp->q_count) % SLOTS] = (int)(s - cp->slot);
+            cp->q_count++;
+            pthread_cond_signal(&cp->q_cond);
+            pthread_mutex_unlock(&cp->q_lock);
+        } else {
+            r = submit_slot(cp, s);
+        }
     }
     if (r == VK_SUCCESS) {
         for (i = 0; i < nb_planes; i++) {

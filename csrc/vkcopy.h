@@ -122,9 +122,10 @@ int ppr__vk_copy_init(const host_vk *vk, VkDevice dev, const VkAllocationCallbac
 int ppr__vk_copy_submit(const ppr__vk_copy *c, AVFrame *frame, const size_t offset[4],
                         const ppr_planes *out);
 
-/* Where a shader copy writes (shcopy.c): the whole of buf (size bytes), the
- * fence reset and then signalled when the copy ends; to_host, signal and wait
- * as in ppr__vk_copy (wait: an earlier copy submitted to another queue). */
+/* Where a shader copy writes (shcopy.c): the whole of buf (size bytes); the
+ * fence, if any, reset and then signalled when the copy ends (none with
+ * asynchronous submission: wait for `signal` instead); to_host, signal and
+ * wait as in ppr__vk_copy (wait: an earlier copy submitted to another queue). */
 typedef struct ppr__copy_dst {
     VkBuffer buf;
     VkDeviceSize size;
@@ -148,6 +149,10 @@ void ppr__copier_free(ppr_copier *cp);
  * frames context they belong to (which holds the decoder's frames): when the
  * stream ends. NULL-safe. */
 void ppr__copier_release_frames(ppr_copier *cp);
+
+/* Whether vkQueueSubmit runs on a thread of the copier's own (1) or in
+ * ppr__copier_submit (0, the default). 0, or PPR_ENOMEM (no thread). */
+int ppr__copier_set_async(ppr_copier *cp, int on);
 
 /* Copies it submitted. */
 uint64_t ppr__copier_copies(ppr_copier *cp);

@@ -114,10 +114,11 @@ def test_bench_pump_host_modes(tmp_path):
     bit-exact, each copy counted on its own side. The cudacopy summary (gpu-run's
     cudacopy step) of that run, twice over as two rounds: each mode against numpy."""
     result, _ = _bench(tmp_path, "--ffmpeg", str(_ffmpeg_dir()), "--clips", "q-4444-alpha",
-                       "--modes", "py-stream-ed,py-cuda-host,py-cuda-hostsh")
+                       "--modes", "py-stream-ed,py-cuda-host,py-cuda-hostsh,py-cuda-hostsh-async")
     clip = result["clips"][0]
     n = clip["check"]["frames_sw"]
-    for mode, side in (("py-cuda-host", "transfer"), ("py-cuda-hostsh", "shader")):
+    for mode, side in (("py-cuda-host", "transfer"), ("py-cuda-hostsh", "shader"),
+                       ("py-cuda-hostsh-async", "shader")):
         m = clip["modes"][mode]
         assert m["frames_identical"] == f"{n}/{n}", m
         other = "shader" if side == "transfer" else "transfer"

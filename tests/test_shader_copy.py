@@ -40,13 +40,15 @@ def paths(tmp_path_factory) -> dict[str, Path]:
     return {name: clips.generate(spec, d) for name, spec in SPECS.items()}
 
 
+@pytest.mark.parametrize("sink", ["host-shader", "host-shader-async"])
 @pytest.mark.parametrize("name", list(SPECS))
-def test_frames_equal_the_software_decoder(paths, name):
+def test_frames_equal_the_software_decoder(paths, name, sink):
     """Every frame through the pump's host-shader sink, all of them copied by
-    the shader (none fell back to a transfer)."""
+    the shader (none fell back to a transfer); submitted on the pump's thread,
+    and on the copier's own ("-async")."""
     want = reference(paths[name])
-    with pyprores.open_decoder(paths[name], _pump="host-shader", max_in_flight=3) as dec:
-        assert dec.pump == "host-shader"
+    with pyprores.open_decoder(paths[name], _pump=sink, max_in_flight=3) as dec:
+        assert dec.pump == sink
         got = list(dec)
         st = dec.stats()
         # under the validation layer (./scripts/test): nothing about the copier's calls
@@ -59,12 +61,13 @@ def test_frames_equal_the_software_decoder(paths, name):
     assert st["shader_copies"] == FRAMES and st["transfer_copies"] == 0, st
 
 
-def test_size_change_mid_stream():
+@pytest.mark.parametrize("sink", ["host-shader", "host-shader-async"])
+def test_size_change_mid_stream(sink):
     """Frames of a new size come from a new frames context: the copier lets go of
     the views it kept for the old one's images and copies the new ones right."""
     want = reference(SIZE_CHANGE)
     assert len({w.planes["Y"].shape for w in want}) == 2
-    with pyprores.open_decoder(SIZE_CHANGE, _pump="host-shader", max_in_flight=3) as dec:
+    with pyprores.open_decoder(SIZE_CHANGE, _pump=sink, max_in_flight=3) as dec:
         got = list(dec)
         st = dec.stats()
     assert len(got) == len(want) and st["shader_copies"] == len(want), st
@@ -144,3 +147,78 @@ def test_writes_only_its_planes_and_refuses_what_it_does_not_take(paths):
     del mem
     ffi.release(cp)
     ffi.release(b)
+    assert L.ppr_copier_set_async(ffi.NULL, 1) == L.PPR_EINVAL
+
+
+def test_async_submission_many_frames_one_buffer(paths):
+    """The copier's own thread submits: frame after frame into one host buffer,
+    each waited for before the next; every frame equal to the software
+    decoder's, and the copier freed with copies queued."""
+    L, ffi = native.lib, native.ffi
+    want = reference(paths["hq422"])
+    with pyprores.open(paths["hq422"]) as src:
+        packets = list(src.packets())
+    s = native.Session("vulkan")
+    ptr = s._live()
+    s.stream_config(max_in_flight=2, err_detect=False)
+    cp = ffi.gc(L.ppr_copier_new(ptr), L.ppr_copier_free)
+    assert L.ppr_copier_set_async(cp, 1) == 0
+    b = None
+    c = ffi.new("ppr_stream_frame *")
+    got = []
+    pending = list(packets) + [None]
+    while len(got) < len(want):
+        rc = L.ppr_receive_frame(ptr, c)
+        if rc == L.PPR_RECV_AGAIN:
+            p = pending.pop(0)
+            assert (s.send_packet(p) if p is not None else
+                    L.ppr_send_packet(ptr, ffi.NULL, 0, 0, 0)) is not None
+            continue
+        assert rc == L.PPR_RECV_FRAME
+        shapes = [(c.layout.plane[i].height, c.layout.plane[i].width) for i in range(3)]
+        offs = np.cumsum([0] + [(h * w * 2 + 255) // 256 * 256 for h, w in shapes])
+        if b is None:
+            b = ffi.gc(L.ppr_host_buffer_new(ptr, int(offs[-1])), L.ppr_host_buffer_free)
+        data = int(ffi.cast("uintptr_t", L.ppr_host_buffer_data(b)))
+        pl = ffi.new("ppr_planes *")
+        pl.count = 3
+        for i, (h, w) in enumerate(shapes):
+            pl.plane[i].width, pl.plane[i].height, pl.plane[i].stride = w, h, w * 2
+            pl.plane[i].data = ffi.cast("uint16_t *", data + int(offs[i]))
+        assert L.ppr_download_start_shader(ptr, b, cp, pl) == 0
+        assert L.ppr_host_buffer_wait(b) == 0
+        mem = np.frombuffer(ffi.buffer(ffi.cast("uint8_t *", data), int(offs[-1])), np.uint8)
+        got.append({k: mem[offs[i]:offs[i] + h * w * 2].view(np.uint16).reshape(h, w).copy()
+                    for i, (k, (h, w)) in enumerate(zip(("Y", "Cb", "Cr"), shapes))})
+        del mem
+    for g, w in zip(got, want):
+        for k in g:
+            assert np.array_equal(g[k], w.planes[k]), k
+    assert L.ppr_copier_copies(cp) == len(want)
+    ffi.release(cp)
+    ffi.release(b)
+    s.close()
+
+
+def test_early_exit_leaves_no_thread_or_buffer(paths):
+    """A decoder left after its first frame, with copies queued on the copier's
+    thread: closing it ends that thread and frees every host buffer once the
+    frames kept are dropped; the kept frame still holds its samples."""
+    import gc
+    from test_stream import threads
+    keep = native.Session("vulkan")   # lavapipe's device threads stay with the shared device
+    want = reference(paths["hq422"])[0]
+    for _ in range(2):                # the first run starts what stays (the device's threads)
+        dec = pyprores.open_decoder(paths["hq422"], _pump="host-shader-async", max_in_flight=3)
+        kept = next(iter(dec))
+        dec.close()
+        del dec
+        gc.collect()
+        if _ == 0:
+            base = threads()
+    assert threads() <= base
+    assert_same(kept, want)
+    del kept
+    gc.collect()
+    assert native.lib.ppr_host_buffers_live() == 0
+    keep.close()

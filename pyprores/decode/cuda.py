@@ -30,7 +30,8 @@ from ..model import PLANE_NAMES
 __all__ = ["CudaContext", "CudaPlane", "CudaPlanes"]
 
 KDL_CUDA = 2          # DLPack's kDLCUDA
-_COPIES = {"shader": 0, "transfer": 1}   # PPR_COPY_SHADER, PPR_COPY_TRANSFER
+# PPR_COPY_SHADER, PPR_COPY_TRANSFER, PPR_COPY_SHADER_ASYNC
+_COPIES = {"shader": 0, "transfer": 1, "shader-async": 2}
 _ALIGN = 256          # plane offsets in a buffer (CUDA's own allocations are 256-byte aligned)
 # The capsule names (PyCapsule keeps the pointer: these bytes live as long as the module).
 _NAMES = {False: b"dltensor", True: b"dltensor_versioned"}
@@ -84,11 +85,12 @@ class CudaContext:
 
     def set_copy(self, how: str) -> None:
         """``"shader"``: a compute shader copies each frame into CUDA memory (the
-        default); ``"transfer"``: vkCmdCopyImageToBuffer on a transfer queue.
+        default); ``"shader-async"``: the same, submitted by a thread of the
+        copier's own; ``"transfer"``: vkCmdCopyImageToBuffer on a transfer queue.
         Raises :class:`pyprores.DeviceError` when the device cannot run the shader."""
         L = native.lib
         if how not in _COPIES:
-            raise ValueError(f"the CUDA copy is 'shader' or 'transfer', not {how!r} "
+            raise ValueError(f"the CUDA copy is 'shader', 'shader-async' or 'transfer', not {how!r} "
                              "(PYPRORES_CUDA_COPY)")
         rc = L.ppr_cuda_set_copy(self._ptr, _COPIES[how])
         if rc < 0:
@@ -215,7 +217,7 @@ class CudaPlanes:
 
 # PPR_PUMP_NONE, _CUDA, _HOST, _HOST_SHADER (host buffers written by the compute shader
 # that copies CUDA frames: the same copy, checkable without CUDA)
-SINKS = {"none": 0, "cuda": 1, "host": 2, "host-shader": 3}
+SINKS = {"none": 0, "cuda": 1, "host": 2, "host-shader": 3, "host-shader-async": 4}
 
 
 class _Feeder:
@@ -336,7 +338,7 @@ def pump_frames(dec: Any, ptr: Any, sink: str, depth: int) -> Any:
                     arrays[names[i]] = CudaPlane(handle, int(ffi.cast("uintptr_t", p.data)),
                                                  (p.height, p.width), device_id)
                 handle = None
-            elif sink in ("host", "host-shader"):
+            elif sink.startswith("host"):
                 arrays = _host_arrays(f)
             else:
                 arrays = {}

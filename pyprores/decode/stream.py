@@ -397,8 +397,9 @@ class StreamDecoder(native.Closeable):
                                  or download_thread):
             raise ValueError("output='cuda' needs the vulkan backend, and buffers of the decoder's "
                              "own (reuse_buffers=False, no gpu_download or download_thread)")
-        if _cuda_copy not in (None, "shader", "transfer") or (_cuda_copy and output != "cuda"):
-            raise ValueError(f"_cuda_copy is 'shader' or 'transfer', with output='cuda' "
+        if _cuda_copy not in (None, "shader", "shader-async", "transfer") or \
+                (_cuda_copy and output != "cuda"):
+            raise ValueError(f"_cuda_copy is 'shader', 'shader-async' or 'transfer', with output='cuda' "
                              f"(not {_cuda_copy!r} with output={output!r})")
         #: "numpy" or "cuda" (planes are pyprores.decode.cuda.CudaPlane, DLPack producers)
         self.output = output
@@ -431,14 +432,15 @@ class StreamDecoder(native.Closeable):
         # on this thread); _pump="host", "host-shader" or "none" run it for numpy-less
         # measurements and tests (host buffers per frame, written by transfer or by the
         # compute shader that copies CUDA frames; or no copy at all).
-        if _pump not in (None, "off", "cuda", "host", "host-shader", "none") or \
-                (_pump in ("host", "host-shader", "none") and
+        if _pump not in (None, "off", "cuda", "host", "host-shader", "host-shader-async", "none") or \
+                (_pump in ("host", "host-shader", "host-shader-async", "none") and
                  (output != "numpy" or backend != "vulkan")) or \
                 (_pump == "cuda" and output != "cuda"):
             raise ValueError(f"_pump={_pump!r} does not fit output={output!r}, backend={backend!r}")
         #: the pump's sink ("cuda", "host", "none"), or None: frames decoded on this thread
         self.pump: str | None = ("cuda" if output == "cuda" and _pump != "off" and prefetch
-                                 else _pump if _pump in ("host", "host-shader", "none") else None)
+                                 else _pump if _pump in ("host", "host-shader", "host-shader-async", "none")
+                                 else None)
         self._pump: Any = None
         self._pump_stats: dict[str, int] | None = None
         self._pump_copiers = -1   # threads sharing a pushed packet's copy (-1: by the CPUs)
