@@ -537,7 +537,7 @@ static int takes(const ppr_copier *cp, const AVFrame *frame, const size_t offset
     for (i = 0; i < out->count; i++) {
         const ppr_plane *p = &out->plane[i];
         size_t words = ((size_t)p->width * p->height + 1) / 2;
-        if ((vfc->format[i] != VK_FORMAT_R16_UNORM && vfc->format[i] != VK_FORMAT_R16_UINT) ||
+        if (vfc->format[i] != VK_FORMAT_R16_UNORM ||     /* the views' format, the shader's r16 */
             p->stride != (ptrdiff_t)p->width * 2 || (offset[i] & 3) ||
             offset[i] + words * 4 > size || (offset[i] >> 2) + words > UINT32_MAX)
             return 0;

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from . import native
+from ..errors import DeviceError
 from ..model import PLANE_NAMES
 
 __all__ = ["CudaContext", "CudaPlane", "CudaPlanes"]
@@ -79,9 +80,16 @@ class CudaContext:
         self._ptr = ffi.gc(out[0], L.ppr_cuda_close)
         #: the CUDA device ordinal (torch.device("cuda", device_id))
         self.device_id = int(L.ppr_cuda_device(self._ptr))
-        #: how frames are copied into CUDA memory: "shader" or "transfer" (set_copy)
+        #: how frames are copied into CUDA memory: "shader", "shader-async" or "transfer"
         self.copy = "shader"
-        self.set_copy(copy or os.environ.get("PYPRORES_CUDA_COPY") or "shader")
+        asked = copy or os.environ.get("PYPRORES_CUDA_COPY")
+        if asked:
+            self.set_copy(asked)
+        else:   # the shader where the device runs it, else the transfer queue
+            try:
+                self.set_copy("shader")
+            except DeviceError:
+                self.set_copy("transfer")
 
     def set_copy(self, how: str) -> None:
         """``"shader"``: a compute shader copies each frame into CUDA memory (the
