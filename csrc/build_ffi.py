@@ -38,10 +38,8 @@ HEADER = os.path.join(HERE, "pyprores.h")
 SESSION_SOURCES = ["errors.c", "log.c", "damage.c", "device.c", "session.c", "download.c",
                    "decode.c", "slices.c", "stream.c"]
 SOURCES = SESSION_SOURCES + ["prores_headers.c", "hostdl.c", "shcopy.c", "reader.c", "cudaip.c"]
-# GLSL compute shaders compiled to SPIR-V at build time, each into a C header
-# (NAME_spv.h with the array ppr_NAME_spv) that the sources include
-SHADERS = ["planecopy"]
-SHADER_DIR = os.path.join(HERE, "shaders")
+sys.path.insert(0, HERE)
+from compile_shaders import compile_shaders  # noqa: E402  (csrc/compile_shaders.py: the GLSL to SPIR-V)
 
 
 def ffmpeg_dir() -> str:
@@ -107,48 +105,6 @@ def vulkan_include_dirs() -> list[str]:
         if found:
             return [found[-1]]
     return []
-
-
-def glslang() -> str:
-    """The GLSL compiler: ``$PYPRORES_GLSLANG``, else the glslang 15 that
-    ``./scripts/setup`` builds (``build/glslang/bin/glslang``), else
-    ``glslangValidator`` or ``glslang`` on PATH (Debian's glslang-tools)."""
-    env = os.environ.get("PYPRORES_GLSLANG")
-    if env:
-        if not (os.path.isfile(env) and os.access(env, os.X_OK)):
-            raise RuntimeError(f"PYPRORES_GLSLANG={env} is not an executable: point it at "
-                               "glslangValidator (or glslang), or unset it")
-        return env
-    for cand in (os.path.join(REPO, "build", "glslang", "bin", "glslang"),
-                 shutil.which("glslangValidator"), shutil.which("glslang")):
-        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
-            return cand
-    raise RuntimeError(
-        "no GLSL compiler to build the shader copy (csrc/shaders/*.comp): install "
-        "glslang-tools (glslangValidator), run ./scripts/setup --glslang-only (build/glslang), "
-        "or set PYPRORES_GLSLANG to a glslangValidator")
-
-
-def compile_shaders(out_dir: str) -> str:
-    """Compile SHADERS into ``out_dir/NAME_spv.h`` (SPIR-V for Vulkan 1.1 as a
-    uint32_t array), again only when the source is newer; the directory."""
-    import subprocess
-    os.makedirs(out_dir, exist_ok=True)
-    compiler = None
-    for name in SHADERS:
-        src = os.path.join(SHADER_DIR, name + ".comp")
-        dst = os.path.join(out_dir, name + "_spv.h")
-        if os.path.exists(dst) and os.path.getmtime(dst) >= os.path.getmtime(src):
-            continue
-        compiler = compiler or glslang()
-        tmp = dst + ".tmp"
-        run = subprocess.run([compiler, "-V", "--target-env", "vulkan1.1", "--vn",
-                              f"ppr_{name}_spv", "-o", tmp, src],
-                             capture_output=True, text=True)
-        if run.returncode != 0 or not os.path.exists(tmp):
-            raise RuntimeError(f"{compiler} could not compile {src}:\n{run.stdout}{run.stderr}")
-        os.replace(tmp, dst)
-    return out_dir
 
 
 def cdef_from_header(path: str = HEADER) -> str:
