@@ -1020,12 +1020,15 @@ static void pump_entry_release(pump_entry *e)
 /* The copies made so far, into p->mine. */
 static void pump_copies(ppr_pump *p)
 {
+    ppr_copier *cp = p->c ? p->c->sh : p->cp;
+
     if (p->c)
         ppr_cuda_copies(p->c, &p->mine.shader_copies, &p->mine.transfer_copies);
     else if (p->cp)
         p->mine.shader_copies = ppr__copier_copies(p->cp);
     else if (p->sink == PPR_PUMP_HOST)
         p->mine.transfer_copies = p->mine.frames;
+    ppr__copier_gpu_time(cp, &p->mine.copy_gpu_ns, &p->mine.copies_gpu_timed);
 }
 
 /* Queue an entry for the caller, waiting for room: 0, or -1 when stopping

@@ -88,6 +88,9 @@ int ppr__vk_load(host_vk *f, const AVVulkanDeviceContext *hw)
     DEV(AllocateDescriptorSets) DEV(UpdateDescriptorSets)
     DEV(CmdBindPipeline) DEV(CmdBindDescriptorSets) DEV(CmdPushConstants) DEV(CmdDispatch)
     INST(GetPhysicalDeviceProperties) INST(GetPhysicalDeviceFormatProperties)
+    INST(GetPhysicalDeviceQueueFamilyProperties)
+    DEV(CreateQueryPool) DEV(DestroyQueryPool) DEV(CmdResetQueryPool) DEV(CmdWriteTimestamp)
+    DEV(GetQueryPoolResults)
     /* optional: the CUDA interop's (cudaip.c), NULL without the extensions */
     f->GetMemoryFdKHR = (PFN_vkGetMemoryFdKHR)f->GetDeviceProcAddr(hw->act_dev, "vkGetMemoryFdKHR");
     f->GetSemaphoreFdKHR = (PFN_vkGetSemaphoreFdKHR)f->GetDeviceProcAddr(hw->act_dev, "vkGetSemaphoreFdKHR");

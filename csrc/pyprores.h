@@ -736,6 +736,8 @@ typedef struct ppr_pump_stats {
     uint64_t buffers_made;
     uint64_t shader_copies;     /* copies made by the compute shader              */
     uint64_t transfer_copies;   /* and by transfer (vkCmdCopyImageToBuffer)       */
+    uint64_t copy_gpu_ns;       /* PYPRORES_COPY_GPU_TIME=1: the GPU time of the  */
+    uint64_t copies_gpu_timed;  /* shader copies read back so far, and how many   */
 } ppr_pump_stats;
 
 /* Start the pump on `session` (streaming, nothing sent yet; the pump uses it

@@ -62,6 +62,7 @@ typedef struct copier_slot {
     VkPipelineStageFlags stage[5];
     int nb_wait, nb_sig;
     VkFence fence;
+    int timed;                  /* its timestamps (2 * slot, + 1) wait to be read */
 } copier_slot;
 
 typedef struct copier_view {
@@ -103,6 +104,11 @@ struct ppr_copier {
     pthread_cond_t q_cond;
     int q[SLOTS], q_head, q_count;
     int q_err;                  /* a submission failed: the error, reported by the next copy */
+    /* PYPRORES_COPY_GPU_TIME=1: timestamps around each dispatch */
+    VkQueryPool ts;
+    double ts_period;           /* ns per tick */
+    uint64_t ts_mask;           /* the queue's valid timestamp bits */
+    uint64_t gpu_ns, gpu_copies;
 };
 
 /* The family the copies go to: the decoder takes the first family of the
@@ -319,6 +325,8 @@ static void copier_destroy(ppr_copier *cp)
             if (s->pool)
                 f->DestroyCommandPool(cp->dev, s->pool, cp->alloc);
         }
+        if (cp->ts)
+            f->DestroyQueryPool(cp->dev, cp->ts, cp->alloc);
         if (cp->dpool)
             f->DestroyDescriptorPool(cp->dev, cp->dpool, cp->alloc);
         if (cp->pipe)
@@ -351,6 +359,7 @@ int ppr__copier_create(ppr_copier **out, AVBufferRef *device,
     VkPhysicalDeviceProperties props;
     VkFormatProperties fmt;
     ppr_copier *cp;
+    const char *env;
     int i, ret;
 
     *out = NULL;
@@ -462,6 +471,21 @@ int ppr__copier_create(ppr_copier **out, AVBufferRef *device,
                     .semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE,
                 },
             }, cp->alloc, &cp->done), "vkCreateSemaphore (timeline)");
+    if ((env = getenv("PYPRORES_COPY_GPU_TIME")) && !strcmp(env, "1")) {
+        VkQueueFamilyProperties qfp[16];
+        uint32_t nb = 16;
+        cp->vk.GetPhysicalDeviceQueueFamilyProperties(hw->phys_dev, &nb, qfp);
+        if (cp->qf < nb && qfp[cp->qf].timestampValidBits) {
+            unsigned bits = qfp[cp->qf].timestampValidBits;
+            cp->ts_mask = bits >= 64 ? UINT64_MAX : (1ULL << bits) - 1;
+            cp->ts_period = props.limits.timestampPeriod;
+            PPR_VKCHECK(cp->vk.CreateQueryPool(cp->dev, &(VkQueryPoolCreateInfo) {
+                        .sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+                        .queryType = VK_QUERY_TYPE_TIMESTAMP,
+                        .queryCount = 2 * SLOTS,
+                    }, cp->alloc, &cp->ts), "vkCreateQueryPool (timestamps)");
+        }
+    }
     for (i = 0; i < SLOTS; i++) {
         copier_slot *s = &cp->slot[i];
         PPR_VKCHECK(cp->vk.CreateCommandPool(cp->dev, &(VkCommandPoolCreateInfo) {
@@ -504,6 +528,17 @@ void ppr_copier_free(ppr_copier *cp)
 uint64_t ppr_copier_copies(ppr_copier *cp)
 {
     return ppr__copier_copies(cp);
+}
+
+void ppr__copier_gpu_time(ppr_copier *cp, uint64_t *ns, uint64_t *copies)
+{
+    *ns = *copies = 0;
+    if (!cp)
+        return;
+    pthread_mutex_lock(&cp->lock);
+    *ns = cp->gpu_ns;
+    *copies = cp->gpu_copies;
+    pthread_mutex_unlock(&cp->lock);
 }
 
 uint64_t ppr__copier_copies(ppr_copier *cp)
@@ -603,6 +638,15 @@ int ppr__copier_submit(ppr_copier *cp, AVFrame *frame, const size_t offset[4],
         }
         s->value = 0;
     }
+    if (s->timed) {             /* its copy ended: its timestamps are there */
+        uint64_t t[2];
+        if (cp->vk.GetQueryPoolResults(cp->dev, cp->ts, 2 * (uint32_t)(s - cp->slot), 2, sizeof(t), t,
+                                       sizeof(t[0]), VK_QUERY_RESULT_64_BIT) == VK_SUCCESS) {
+            cp->gpu_ns += (uint64_t)((double)((t[1] - t[0]) & cp->ts_mask) * cp->ts_period);
+            cp->gpu_copies++;
+        }
+        s->timed = 0;
+    }
     /* the views: kept per image of the frames context the copier holds */
     if (cp->frames && (cp->frames->data != frame->hw_frames_ctx->data ||
                        cp->nb_views + nb_planes > VIEWS)) {
@@ -684,7 +728,7 @@ int ppr__copier_submit(ppr_copier *cp, AVFrame *frame, const size_t offset[4],
         s->wait[i] = s->sig[i] = vkf->sem[i];
         s->wait_val[i] = vkf->sem_value[i];
         s->sig_val[i] = vkf->sem_value[i] + 1;
-        s->stage[i] = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
+        s->stage[i] = cp->ts ? VK_PIPELINE_STAGE_ALL_COMMANDS_BIT : VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
     }
     if (nb_bar)
         cp->vk.CmdPipelineBarrier(s->cmd, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT,
@@ -694,7 +738,15 @@ int ppr__copier_submit(ppr_copier *cp, AVFrame *frame, const size_t offset[4],
     cp->vk.CmdBindDescriptorSets(s->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, cp->layout, 0, 1,
                                  &s->set, 0, NULL);
     cp->vk.CmdPushConstants(s->cmd, cp->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(pc), pc);
+    if (cp->ts) {   /* the waits below are at all stages: the first stamp comes after them */
+        cp->vk.CmdResetQueryPool(s->cmd, cp->ts, 2 * (uint32_t)(s - cp->slot), 2);
+        cp->vk.CmdWriteTimestamp(s->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, cp->ts,
+                                 2 * (uint32_t)(s - cp->slot));
+    }
     cp->vk.CmdDispatch(s->cmd, groups, 1, (uint32_t)nb_planes);
+    if (cp->ts)
+        cp->vk.CmdWriteTimestamp(s->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, cp->ts,
+                                 2 * (uint32_t)(s - cp->slot) + 1);
     /* the writes, made visible to the host that waits for the fence (the
      * semaphores' signals make them available to their waiters) */
     if (d->to_host)
@@ -743,6 +795,7 @@ int ppr__copier_submit(ppr_copier *cp, AVFrame *frame, const size_t offset[4],
             vkf->sem_value[i]++;
         }
         s->value = ++cp->seq;
+        s->timed = !!cp->ts;
         cp->next = (cp->next + 1) % SLOTS;
         cp->copies++;
     }

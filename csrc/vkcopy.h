@@ -64,6 +64,12 @@ typedef struct host_vk {
     PFN_vkCmdBindDescriptorSets CmdBindDescriptorSets;
     PFN_vkCmdPushConstants CmdPushConstants;
     PFN_vkCmdDispatch CmdDispatch;
+    PFN_vkGetPhysicalDeviceQueueFamilyProperties GetPhysicalDeviceQueueFamilyProperties;
+    PFN_vkCreateQueryPool CreateQueryPool;
+    PFN_vkDestroyQueryPool DestroyQueryPool;
+    PFN_vkCmdResetQueryPool CmdResetQueryPool;
+    PFN_vkCmdWriteTimestamp CmdWriteTimestamp;
+    PFN_vkGetQueryPoolResults GetQueryPoolResults;
     /* optional (NULL when the device lacks the extension) */
     PFN_vkGetMemoryFdKHR GetMemoryFdKHR;
     PFN_vkGetSemaphoreFdKHR GetSemaphoreFdKHR;
@@ -156,6 +162,11 @@ int ppr__copier_set_async(ppr_copier *cp, int on);
 
 /* Copies it submitted. */
 uint64_t ppr__copier_copies(ppr_copier *cp);
+
+/* With PYPRORES_COPY_GPU_TIME=1 when it was made (and timestamps on its
+ * queue): the GPU time of its copies that ended and were read back so far
+ * (ns, from timestamps around each dispatch) and their number; 0, 0 else. */
+void ppr__copier_gpu_time(ppr_copier *cp, uint64_t *ns, uint64_t *copies);
 
 /* Submit the copy of `frame` into d->buf, plane i at offset[i] with out->plane[i]'s
  * width and height: 0; 1 when the shader does not take this frame or layout

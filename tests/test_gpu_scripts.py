@@ -362,7 +362,7 @@ def test_dry_run_cudacopy_step(pack: Path, tmp_path: Path):
     assert ("3 rounds: python3 tools/gpu/bench --ffmpeg " f"{pack}/ff10 --decbench {pack}/ff10/bin/decbench"
             in res.stdout)
     assert ("--clips 4k-422hq --modes py-stream-ed,py-cuda-t16,py-cuda-async-t16,py-cuda-xfer-t16,py-cuda-nocopy-t16,"
-            "py-cuda-hostsh-t16 "
+            "py-cuda-hostsh-t16,py-cuda-gputime-t16 "
             f"--json {out}/cudacopy-ff10-rN.json --repeat 1 --in-flight 16" in res.stdout)
     assert "--cudacopy-summary" in res.stdout
     bad = gpu_run("--pack", str(pack), "--dry-run", "--cudacopy-rounds", "0", "cudacopy")

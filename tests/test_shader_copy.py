@@ -222,3 +222,25 @@ def test_early_exit_leaves_no_thread_or_buffer(paths):
     gc.collect()
     assert native.lib.ppr_host_buffers_live() == 0
     keep.close()
+
+
+def test_gpu_time_of_the_copies(paths, monkeypatch):
+    """PYPRORES_COPY_GPU_TIME=1: timestamps around each copy's dispatch, read back
+    once its slot comes round again; the frames are the same."""
+    want = reference(paths["hq422"])
+    monkeypatch.setenv("PYPRORES_COPY_GPU_TIME", "1")
+    with pyprores.open(paths["hq422"]) as src:
+        tag = src.info.codec_tag
+        packets = list(src.packets()) * 6      # more copies than the copier's 16 slots
+    with pyprores.open_decoder(packets, codec_tag=tag, _pump="host-shader", max_in_flight=3) as dec:
+        got = list(dec)
+        st = dec.stats()
+    for n, g in enumerate(got):
+        assert_same(g, want[n % FRAMES], f"frame {n}")
+    assert st["shader_copies"] == len(packets)
+    # the copies whose slot came round again: all but the last SLOTS (16) at most
+    assert len(packets) - 16 <= st["copies_gpu_timed"] < len(packets) and st["copy_gpu_ns"] > 0, st
+    monkeypatch.delenv("PYPRORES_COPY_GPU_TIME")
+    with pyprores.open_decoder(paths["hq422"], _pump="host-shader") as dec:
+        list(dec)
+        assert dec.stats()["copies_gpu_timed"] == 0

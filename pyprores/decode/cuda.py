@@ -382,7 +382,7 @@ def pump_frames(dec: Any, ptr: Any, sink: str, depth: int) -> Any:
 
 _STAT_FIELDS = ("frames", "packets", "input_ns", "send_ns", "receive_ns", "buffer_ns", "copy_ns",
                 "output_ns", "next_wait_ns", "thread_cpu_ns", "buffers_made", "shader_copies",
-                "transfer_copies")
+                "transfer_copies", "copy_gpu_ns", "copies_gpu_timed")
 
 
 def _stats(pump: Any) -> dict[str, int]:
