@@ -146,7 +146,7 @@ def test_help_lists_the_steps():
     res = gpu_run("--help")
     assert res.returncode == 0
     for step in ("check@B", "startup@B", "bench@B", "conformance@B", "fuzz-gpu@B", "ab@A,B", "memory@B", "cluster@B",
-                 "load@B[,B...]", "soak@B", "refusals@B"):
+                 "load@B[,B...]", "soak@B", "refusals@B", "cudacopy@B"):
         assert step in res.stdout
 
 
