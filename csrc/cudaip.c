@@ -457,6 +457,8 @@ int ppr_cuda_set_copy(ppr_cuda *c, int how)
     return ret;
 }
 
+ppr_copier *ppr_cuda_copier(ppr_cuda *c) { return c ? c->sh : NULL; }
+
 void ppr_cuda_copies(ppr_cuda *c, uint64_t *shader, uint64_t *transfer)
 {
     uint64_t a = 0, b = 0;

@@ -499,6 +499,11 @@ uint64_t ppr_copier_copies(ppr_copier *copier);
  * caller's call. 0, or an error. */
 int ppr_copier_set_async(ppr_copier *copier, int on);
 
+/* The queue its copies go to (family, index): 1 when that family is also
+ * the decoder's (the device's first that can compute: no other one was
+ * found), 0 when it is another, -1 without a copier. */
+int ppr_copier_queue(const ppr_copier *copier, uint32_t *family, uint32_t *index);
+
 /* Wait for its copies, then free it. NULL-safe. */
 void ppr_copier_free(ppr_copier *copier);
 
@@ -629,6 +634,9 @@ int ppr_cuda_set_copy(ppr_cuda *cuda, int how);
 
 /* Copies into its buffers so far, by the shader and by transfer. */
 void ppr_cuda_copies(ppr_cuda *cuda, uint64_t *shader, uint64_t *transfer);
+
+/* Its shader copier (NULL when the device cannot run it), for ppr_copier_queue. */
+ppr_copier *ppr_cuda_copier(ppr_cuda *cuda);
 
 /* Drop the opener's reference (buffers keep it alive). NULL-safe. */
 void ppr_cuda_close(ppr_cuda *cuda);

@@ -79,6 +79,7 @@ struct ppr_copier {
     VkDevice dev;
     const VkAllocationCallbacks *alloc;
     uint32_t qf, qi;
+    int shared;                 /* qf is the decoder's family too */
     VkQueue queue;
     VkDeviceSize max_range;     /* maxStorageBufferRange */
     VkDescriptorSetLayout dsl;
@@ -116,7 +117,8 @@ struct ppr_copier {
  * so another family that can compute where there is one (its own queues, no
  * submissions interleaved with the decoder's), else that one's last queue.
  * Families with video work are avoided. */
-static int pick_compute_family(const AVVulkanDeviceContext *hw, uint32_t *qf, uint32_t *qi)
+static int pick_compute_family(const AVVulkanDeviceContext *hw, uint32_t *qf, uint32_t *qi,
+                               int *shared)
 {
     int i, first = -1, best = -1, best_score = -1;
 
@@ -140,6 +142,7 @@ static int pick_compute_family(const AVVulkanDeviceContext *hw, uint32_t *qf, ui
         return ppr__fail(PPR_ENODEVICE, "the Vulkan device has no queue that can compute");
     *qf = hw->qf[best].idx;
     *qi = best == first ? hw->qf[best].num - 1 : 0;
+    *shared = best == first;
     return 0;
 }
 
@@ -401,7 +404,7 @@ int ppr__copier_create(ppr_copier **out, AVBufferRef *device,
                         "(no storage image support): shader copies are not possible");
         goto fail;
     }
-    if ((ret = pick_compute_family(hw, &cp->qf, &cp->qi)) < 0)
+    if ((ret = pick_compute_family(hw, &cp->qf, &cp->qi, &cp->shared)) < 0)
         goto fail;
     cp->vk.GetDeviceQueue2(cp->dev, &(VkDeviceQueueInfo2) {
         .sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_INFO_2,
@@ -518,6 +521,17 @@ void ppr__copier_free(ppr_copier *cp)
 {
     if (cp)
         copier_destroy(cp);
+}
+
+int ppr_copier_queue(const ppr_copier *cp, uint32_t *family, uint32_t *index)
+{
+    if (!cp)
+        return -1;
+    if (family)
+        *family = cp->qf;
+    if (index)
+        *index = cp->qi;
+    return cp->shared;
 }
 
 void ppr_copier_free(ppr_copier *cp)

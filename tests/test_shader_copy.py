@@ -131,6 +131,8 @@ def test_writes_only_its_planes_and_refuses_what_it_does_not_take(paths):
     assert L.ppr_download_start_shader(ptr, b, cp, planes(stride_extra=4)) == L.PPR_EINVAL
     assert "does not take" in ffi.string(L.ppr_last_error(ptr)).decode()
     assert L.ppr_copier_copies(cp) == 0
+    fam, idx = ffi.new("uint32_t *"), ffi.new("uint32_t *")
+    assert L.ppr_copier_queue(cp, fam, idx) in (0, 1) and L.ppr_copier_queue(ffi.NULL, fam, idx) == -1
     assert L.ppr_download_start_shader(ptr, b, cp, planes()) == 0
     assert L.ppr_download_start_shader(ptr, b, cp, planes()) == L.PPR_EINVAL   # taken already
     s.close()                                  # the copier and the buffer outlive the session

@@ -105,6 +105,17 @@ class CudaContext:
             native._raise(rc)
         self.copy = how
 
+    def copy_queue(self) -> dict[str, Any] | None:
+        """Where the shader copies go: ``{"family", "index", "decoder_family"}``
+        (the last True when the decoder submits to that family too), or None
+        when the device cannot run the shader copy."""
+        L, ffi = native.lib, native.ffi
+        fam, idx = ffi.new("uint32_t *"), ffi.new("uint32_t *")
+        shared = L.ppr_copier_queue(L.ppr_cuda_copier(self._ptr), fam, idx)
+        if shared < 0:
+            return None
+        return {"family": int(fam[0]), "index": int(idx[0]), "decoder_family": bool(shared)}
+
     def copies(self) -> dict[str, int]:
         """The copies into CUDA memory so far: ``{"shader": n, "transfer": m}``."""
         ffi = native.ffi
