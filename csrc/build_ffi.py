@@ -37,7 +37,9 @@ HEADER = os.path.join(HERE, "pyprores.h")
 # the session API (session.h lists them in the order they call each other), then the rest
 SESSION_SOURCES = ["errors.c", "log.c", "damage.c", "device.c", "session.c", "download.c",
                    "decode.c", "slices.c", "stream.c"]
-SOURCES = SESSION_SOURCES + ["prores_headers.c", "hostdl.c", "reader.c", "cudaip.c"]
+SOURCES = SESSION_SOURCES + ["prores_headers.c", "hostdl.c", "shcopy.c", "reader.c", "cudaip.c"]
+sys.path.insert(0, HERE)
+from compile_shaders import compile_shaders  # noqa: E402  (csrc/compile_shaders.py: the GLSL to SPIR-V)
 
 
 def ffmpeg_dir() -> str:
@@ -165,7 +167,8 @@ def make_builder(absolute_sources: bool = False, fdir: str | None = None) -> FFI
         '#include "pyprores.h"\n' + PY_SOURCE,
         sources=[os.path.join(HERE, s) if absolute_sources else _source_path(s)
                  for s in SOURCES],
-        include_dirs=[HERE, inc] + vulkan_include_dirs(),
+        include_dirs=[HERE, compile_shaders(os.path.join(REPO, "build", "shaders")), inc]
+        + vulkan_include_dirs(),
         library_dirs=[lib],
         libraries=["avformat", "avcodec", "avutil", "pthread", "dl"],
         extra_compile_args=["-std=gnu11", "-O2", "-Wall"],

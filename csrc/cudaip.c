@@ -125,6 +125,7 @@ typedef struct cuda_fns {
     CUresult (*EventCreate)(CUevent *, unsigned);
     CUresult (*EventRecord)(CUevent, CUstream);
     CUresult (*EventSynchronize)(CUevent);
+    CUresult (*EventQuery)(CUevent);
     CUresult (*EventDestroy)(CUevent);
     CUresult (*StreamSynchronize)(CUstream);
 } cuda_fns;
@@ -158,6 +159,7 @@ static void cuda_load(void)
         SYM(EventCreate, "cuEventCreate", NULL),
         SYM(EventRecord, "cuEventRecord", NULL),
         SYM(EventSynchronize, "cuEventSynchronize", NULL),
+        SYM(EventQuery, "cuEventQuery", NULL),
         SYM(EventDestroy, "cuEventDestroy_v2", "cuEventDestroy"),
         SYM(StreamSynchronize, "cuStreamSynchronize", NULL),
 #undef SYM
@@ -222,7 +224,12 @@ struct ppr_cuda {
     VkPhysicalDevice phys;
     const VkAllocationCallbacks *alloc;
     uint32_t qf, qi;
-    VkQueue queue;
+    VkQueue queue;                  /* the transfer queue (PPR_COPY_TRANSFER) */
+    ppr_copier *sh;                 /* the shader copy's (PPR_COPY_SHADER), or NULL */
+    char sh_err[PPR_MSG_SIZE];      /* why there is none */
+    int copy;                       /* PPR_COPY_SHADER(_ASYNC) or PPR_COPY_TRANSFER */
+    int last_shader;                /* the last copy went to the copier's queue */
+    uint64_t n_shader, n_transfer;  /* copies so far */
     VkSemaphore ready;              /* exported timeline semaphore: copies signal it */
     uint64_t ready_value;           /* the last value a copy was submitted to signal */
     CUexternalSemaphore cu_ready;
@@ -259,6 +266,7 @@ static void cuda_unref(ppr_cuda *c)
     CUcontext old;
     if (!c || __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL))
         return;
+    ppr__copier_free(c->sh);        /* waits for its copies */
     if (c->cu_ready && !g_cu.CtxPushCurrent(c->ctx)) {
         g_cu.DestroyExternalSemaphore(c->cu_ready);
         g_cu.CtxPopCurrent(&old);
@@ -330,8 +338,10 @@ int ppr__cuda_create(ppr_cuda **out, AVBufferRef *device, const char *device_nam
     c->alloc = hw->alloc;
     if ((ret = ppr__vk_load(&c->vk, hw)) < 0)
         goto fail;
-    if (!c->vk.GetMemoryFdKHR || !c->vk.GetSemaphoreFdKHR || !c->vk.GetPhysicalDeviceProperties2) {
-        ret = ppr__fail(PPR_ENODEVICE, "the Vulkan device has no vkGetMemoryFdKHR/vkGetSemaphoreFdKHR");
+    if (!c->vk.GetMemoryFdKHR || !c->vk.GetSemaphoreFdKHR || !c->vk.GetPhysicalDeviceProperties2 ||
+        !c->vk.WaitSemaphores) {
+        ret = ppr__fail(PPR_ENODEVICE, "the Vulkan device has no vkGetMemoryFdKHR/vkGetSemaphoreFdKHR/"
+                        "vkWaitSemaphores");
         goto fail;
     }
 
@@ -402,6 +412,14 @@ int ppr__cuda_create(ppr_cuda **out, AVBufferRef *device, const char *device_nam
         fd = -1;   /* CUDA owns it now */
     }
     g_cu.CtxPopCurrent(&old);
+    pushed = 0;
+
+    /* the shader copy by default; without it, transfers (and the reason kept) */
+    if (ppr__copier_create(&c->sh, device, NULL, NULL) < 0) {
+        snprintf(c->sh_err, sizeof(c->sh_err), "%s", ppr__thread_error());
+        c->copy = PPR_COPY_TRANSFER;
+        ppr__clear_error();
+    }
     *out = c;
     return 0;
 
@@ -420,8 +438,46 @@ fail_early:
 
 int ppr_cuda_device(const ppr_cuda *c) { return c ? c->ordinal : -1; }
 
+int ppr_cuda_set_copy(ppr_cuda *c, int how)
+{
+    int ret = 0;
+
+    ppr__clear_error();
+    if (!c || (how != PPR_COPY_SHADER && how != PPR_COPY_TRANSFER && how != PPR_COPY_SHADER_ASYNC))
+        return ppr__fail(PPR_EINVAL, "ppr_cuda_set_copy: no CUDA side, or not PPR_COPY_SHADER, "
+                         "PPR_COPY_SHADER_ASYNC or PPR_COPY_TRANSFER");
+    if (how != PPR_COPY_TRANSFER && !c->sh)
+        return ppr__fail(PPR_ENODEVICE, "no shader copies on this device: %s", c->sh_err);
+    pthread_mutex_lock(&c->lock);
+    if (c->sh)
+        ret = ppr__copier_set_async(c->sh, how == PPR_COPY_SHADER_ASYNC);
+    if (!ret)
+        c->copy = how;
+    pthread_mutex_unlock(&c->lock);
+    return ret;
+}
+
+ppr_copier *ppr_cuda_copier(ppr_cuda *c) { return c ? c->sh : NULL; }
+
+void ppr_cuda_copies(ppr_cuda *c, uint64_t *shader, uint64_t *transfer)
+{
+    uint64_t a = 0, b = 0;
+    if (c) {
+        pthread_mutex_lock(&c->lock);
+        a = c->n_shader;
+        b = c->n_transfer;
+        pthread_mutex_unlock(&c->lock);
+    }
+    if (shader)
+        *shader = a;
+    if (transfer)
+        *transfer = b;
+}
+
 void ppr_cuda_close(ppr_cuda *c)
 {
+    if (c)                      /* the decoder's frames are not held by its tensors */
+        ppr__copier_release_frames(c->sh);
     cuda_unref(c);
 }
 
@@ -434,7 +490,13 @@ static int buffer_idle(ppr_cuda_buffer *b)
     int i, ret = 0;
 
     if (b->pending) {
-        r = b->c->vk.WaitForFences(b->c->dev, 1, &b->fence, VK_TRUE, 60ULL * 1000000000ULL);
+        /* the exported timeline at the copy's value, whichever queue copied */
+        r = b->c->vk.WaitSemaphores(b->c->dev, &(VkSemaphoreWaitInfo) {
+            .sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO,
+            .semaphoreCount = 1,
+            .pSemaphores = &b->c->ready,
+            .pValues = &b->ready_value,
+        }, 60ULL * 1000000000ULL);
         if (r != VK_SUCCESS)
             return ppr__fail(r == VK_TIMEOUT ? PPR_EDECODE : PPR_ENODEVICE,
                              "waiting for a copy to CUDA memory failed (VkResult %d)", (int)r);
@@ -527,7 +589,8 @@ ppr_cuda_buffer *ppr_cuda_buffer_new(ppr_cuda *c, size_t size)
                     .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT,
                 },
                 .size = size,
-                .usage = VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                /* written by transfers or by the shader copy */
+                .usage = VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_STORAGE_BUFFER_BIT,
                 .sharingMode = VK_SHARING_MODE_EXCLUSIVE,
             }, c->alloc, &b->buf), "vkCreateBuffer (exportable)");
     c->vk.GetBufferMemoryRequirements(c->dev, b->buf, &req);
@@ -642,12 +705,36 @@ int ppr__cuda_download_start(ppr_cuda_buffer *b, AVFrame *frame, const ppr_plane
         av_frame_free(&hold);
         return ret;
     }
+    /* The exported timeline's values are signalled in order: the copies of
+     * one kind go to one queue, and a copy on the other queue than the last
+     * one waits for the last one's value first. */
     pthread_mutex_lock(&c->lock);
-    ret = ppr__vk_copy_submit(&(ppr__vk_copy) {
-            .vk = &c->vk, .dev = c->dev, .queue = c->queue, .qf = c->qf, .qi = c->qi,
-            .pool = b->pool, .cmd = b->cmd, .fence = b->fence, .buf = b->buf,
-            .signal = c->ready, .signal_value = c->ready_value + 1,
-        }, frame, offset, out);
+    ret = 1;
+    if (c->copy != PPR_COPY_TRANSFER && c->sh) {
+        ret = ppr__copier_submit(c->sh, frame, offset, out, &(ppr__copy_dst) {
+                .buf = b->buf, .size = b->size,     /* the timeline says when it ended */
+                .signal = c->ready, .signal_value = c->ready_value + 1,
+                .wait = !c->last_shader && c->ready_value ? c->ready : VK_NULL_HANDLE,
+                .wait_value = c->ready_value,
+            });
+        if (!ret) {
+            c->last_shader = 1;
+            c->n_shader++;
+        }
+    }
+    if (ret > 0) {      /* by transfer: asked for, or a frame the shader does not take */
+        ret = ppr__vk_copy_submit(&(ppr__vk_copy) {
+                .vk = &c->vk, .dev = c->dev, .queue = c->queue, .qf = c->qf, .qi = c->qi,
+                .pool = b->pool, .cmd = b->cmd, .fence = b->fence, .buf = b->buf,
+                .signal = c->ready, .signal_value = c->ready_value + 1,
+                .wait = c->last_shader && c->ready_value ? c->ready : VK_NULL_HANDLE,
+                .wait_value = c->ready_value,
+            }, frame, offset, out);
+        if (!ret) {
+            c->last_shader = 0;
+            c->n_transfer++;
+        }
+    }
     if (ret >= 0)
         b->ready_value = ++c->ready_value;
     pthread_mutex_unlock(&c->lock);
@@ -868,6 +955,7 @@ typedef struct pump_entry {
 struct ppr_pump {
     ppr_session *s;
     ppr_cuda *c;
+    ppr_copier *cp;             /* PPR_PUMP_HOST_SHADER's */
     ppr_reader *reader;
     int sink;
     uint32_t tag;
@@ -931,6 +1019,20 @@ static void pump_entry_release(pump_entry *e)
     e->f.host = NULL;
 }
 
+/* The copies made so far, into p->mine. */
+static void pump_copies(ppr_pump *p)
+{
+    ppr_copier *cp = p->c ? p->c->sh : p->cp;
+
+    if (p->c)
+        ppr_cuda_copies(p->c, &p->mine.shader_copies, &p->mine.transfer_copies);
+    else if (p->cp)
+        p->mine.shader_copies = ppr__copier_copies(p->cp);
+    else if (p->sink == PPR_PUMP_HOST)
+        p->mine.transfer_copies = p->mine.frames;
+    ppr__copier_gpu_time(cp, &p->mine.copy_gpu_ns, &p->mine.copies_gpu_timed);
+}
+
 /* Queue an entry for the caller, waiting for room: 0, or -1 when stopping
  * (the entry released). */
 static int pump_post(ppr_pump *p, pump_entry *e)
@@ -950,6 +1052,7 @@ static int pump_post(ppr_pump *p, pump_entry *e)
     p->out_count++;
     if (e->kind == PUMP_FRAME)
         p->mine.frames++;
+    pump_copies(p);
     p->mine.next_wait_ns = p->st.next_wait_ns;   /* the caller's own counter */
     p->st = p->mine;
     pthread_cond_broadcast(&p->cond);
@@ -978,20 +1081,49 @@ static void pump_post_error(ppr_pump *p, int code, int index, const char *msg)
  * images are not held by buffers that frames or tensors keep. */
 static void buffer_poll(ppr_cuda_buffer *b)
 {
+    uint64_t v = 0;
+
     pthread_mutex_lock(&b->lock);
-    if (b->pending && b->c->vk.WaitForFences(b->c->dev, 1, &b->fence, VK_TRUE, 0) == VK_SUCCESS) {
+    if (b->pending && b->c->vk.GetSemaphoreCounterValue(b->c->dev, b->c->ready, &v) == VK_SUCCESS &&
+        v >= b->ready_value) {
         b->pending = 0;
         av_frame_free(&b->frame);
     }
     pthread_mutex_unlock(&b->lock);
 }
 
-/* A CUDA buffer of `size` bytes nothing holds (the least recently used), or a
- * new one; the reference returned is the caller's. */
+/* Whether b's copy ended and the CUDA work its dropped tensors' streams had
+ * queued is done (no wait): a copy into it starts without waiting on the host. */
+static int buffer_ready(ppr_cuda_buffer *b)
+{
+    CUcontext old;
+    int i, ready;
+
+    pthread_mutex_lock(&b->lock);
+    ready = !b->pending;
+    if (ready && b->nb_recorded) {
+        if (g_cu.CtxPushCurrent(b->c->ctx)) {
+            ready = 0;
+        } else {
+            for (i = 0; i < b->nb_recorded && ready; i++)
+                ready = g_cu.EventQuery(b->events[i]) == 0;   /* CUDA_SUCCESS: done */
+            g_cu.CtxPopCurrent(&old);
+            if (ready)
+                b->nb_recorded = 0;
+        }
+    }
+    pthread_mutex_unlock(&b->lock);
+    return ready;
+}
+
+/* A CUDA buffer of `size` bytes nothing holds, or a new one; the reference
+ * returned is the caller's. The least recently used of those whose copy and
+ * tensors' work are done; else a new one while the pool has room; else the
+ * least recently used free one (its copy waits for them on this thread). */
 static ppr_cuda_buffer *pump_cuda_buffer(ppr_pump *p, size_t size)
 {
     ppr_cuda_buffer *b;
-    int i, best = -1;
+    int i, best = -1, ready = -1;
 
     for (i = 0; i < p->nb_pool; i++) {
         int free_now = __atomic_load_n(&p->pool[i]->refs, __ATOMIC_ACQUIRE) == 1;
@@ -1008,7 +1140,13 @@ static ppr_cuda_buffer *pump_cuda_buffer(ppr_pump *p, size_t size)
         }
         if (free_now && (best < 0 || p->used[i] < p->used[best]))
             best = i;
+        if (free_now && (ready < 0 || p->used[i] < p->used[ready]) && buffer_ready(p->pool[i]))
+            ready = i;
     }
+    if (ready < 0 && p->nb_pool < PUMP_POOL)
+        best = -1;          /* a new buffer rather than a wait */
+    else if (ready >= 0)
+        best = ready;
     if (best >= 0) {
         p->used[best] = ++p->seq;
         __atomic_add_fetch(&p->pool[best]->refs, 1, __ATOMIC_ACQ_REL);
@@ -1033,7 +1171,7 @@ static int pump_receive(ppr_pump *p)
     ppr_planes *pl = &e.f.planes;
     size_t off[4], size = 0;
     uint64_t t0, base;
-    int rc, i, align = p->sink == PPR_PUMP_HOST ? PUMP_ALIGN_HOST : PUMP_ALIGN_CUDA;
+    int rc, i, align = p->sink == PPR_PUMP_CUDA ? PUMP_ALIGN_CUDA : PUMP_ALIGN_HOST;
 
     memset(&e, 0, sizeof(e));
     t0 = now_ns();
@@ -1072,8 +1210,9 @@ static int pump_receive(ppr_pump *p)
             pl->plane[i].stride = (ptrdiff_t)pl->plane[i].width * 2;
         }
         t0 = now_ns();
-        rc = p->sink == PPR_PUMP_CUDA ? ppr_cuda_download_start(p->s, e.f.cuda, pl)
-                                      : ppr_download_start(p->s, e.f.host, pl);
+        rc = p->sink == PPR_PUMP_CUDA ? ppr_cuda_download_start(p->s, e.f.cuda, pl) :
+             p->cp ? ppr_download_start_shader(p->s, e.f.host, p->cp, pl)
+                                             : ppr_download_start(p->s, e.f.host, pl);
         p->mine.copy_ns += now_ns() - t0;
         if (rc < 0) {
             char msg[PPR_MSG_SIZE];
@@ -1338,7 +1477,7 @@ int ppr_pump_open(ppr_pump **out, ppr_session *s, ppr_cuda *c, int sink, ppr_rea
     if (!out)
         return ppr__fail(PPR_EINVAL, "out is NULL");
     *out = NULL;
-    if (!s || depth < 1 || depth > 64 || sink < PPR_PUMP_NONE || sink > PPR_PUMP_HOST ||
+    if (!s || depth < 1 || depth > 64 || sink < PPR_PUMP_NONE || sink > PPR_PUMP_HOST_SHADER_ASYNC ||
         (sink == PPR_PUMP_CUDA && !c))
         return ppr__fail(PPR_EINVAL, "ppr_pump_open: no session, a depth outside 1..64, or "
                          "no CUDA side for the CUDA sink");
@@ -1364,6 +1503,14 @@ int ppr_pump_open(ppr_pump **out, ppr_session *s, ppr_cuda *c, int sink, ppr_rea
     if (sink == PPR_PUMP_CUDA) {
         p->c = c;
         __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
+    }
+    if ((sink == PPR_PUMP_HOST_SHADER || sink == PPR_PUMP_HOST_SHADER_ASYNC) &&
+        (!(p->cp = ppr_copier_new(s)) ||
+         (sink == PPR_PUMP_HOST_SHADER_ASYNC && ppr_copier_set_async(p->cp, 1) < 0))) {
+        char msg[PPR_MSG_SIZE];
+        snprintf(msg, sizeof(msg), "%s", *ppr_last_error(s) ? ppr_last_error(s) : ppr_last_error(NULL));
+        ppr_pump_free(p);
+        return ppr__fail(PPR_ENODEVICE, "%s", msg);
     }
     if (pthread_create(&p->thread, NULL, pump_run, p)) {
         ppr_pump_free(p);
@@ -1494,8 +1641,11 @@ void ppr_pump_free(ppr_pump *p)
         ppr_packet_free(p->in[(p->in_head + i) % p->in_cap]);
     for (i = 0; i < p->nb_pool; i++)
         buffer_unref(p->pool[i]);
-    if (p->c)
+    if (p->c) {                 /* the stream ended: the decoder's frames go */
+        ppr__copier_release_frames(p->c->sh);
         cuda_unref(p->c);
+    }
+    ppr_copier_free(p->cp);     /* waits for its copies */
     pthread_cond_destroy(&p->cond);
     pthread_mutex_destroy(&p->lock);
     free(p->in);

@@ -197,6 +197,42 @@ int ppr_download_start(ppr_session *s, ppr_host_buffer *b, ppr_planes *out)
     return ppr__leave(took_frame(s, out, ppr__host_download_start(b, s->frame, out)));
 }
 
+ppr_copier *ppr_copier_new(ppr_session *s)
+{
+    ppr_copier *cp = NULL;
+    int ret;
+
+    ppr__enter(s);
+    if (!s) {
+        ppr__fail(PPR_EINVAL, "session is NULL");
+    } else if (s->backend != BACKEND_VULKAN || !s->hw_device || !s->dev) {
+        ppr__sfail(s, PPR_EINVAL, "shader copies need a Vulkan session");
+    } else {
+        ppr__device_hold(s);   /* as a host buffer does */
+        ret = ppr__copier_create(&cp, s->hw_device, ppr__device_unhold, s->dev);
+        if (ret < 0)
+            snprintf(s->err, sizeof(s->err), "%s", ppr__thread_error());
+    }
+    ppr__leave(0);
+    return cp;
+}
+
+int ppr_download_start_shader(ppr_session *s, ppr_host_buffer *b, ppr_copier *cp, ppr_planes *out)
+{
+    int ret;
+
+    ppr__enter(s);
+    if (!s || !b || !cp || !out)
+        return ppr__leave(ppr__fail(PPR_EINVAL, "session, host buffer, copier or planes is NULL"));
+    if (!s->stream || !s->st_have)
+        return ppr__leave(ppr__sfail(s, PPR_EINVAL, "no frame received: call ppr_receive_frame first"));
+    if (s->backend != BACKEND_VULKAN)
+        return ppr__leave(ppr__sfail(s, PPR_EINVAL, "shader copies take Vulkan frames"));
+    if ((ret = check_layout(s, &s->st_layout, out)) < 0)
+        return ppr__leave(ret);
+    return ppr__leave(took_frame(s, out, ppr__host_download_shader(b, cp, s->frame, out)));
+}
+
 int ppr_cuda_open(ppr_session *s, ppr_cuda **out)
 {
     int ret;

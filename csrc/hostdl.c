@@ -46,9 +46,12 @@ struct ppr_host_buffer {
     VkCommandPool pool;
     VkCommandBuffer cmd;
     VkFence fence;
+    VkSemaphore tl;                 /* timeline the shader copies signal (made by the first) */
+    uint64_t tl_value;              /* the value the last one signals */
 
     pthread_mutex_t lock;           /* start, wait and free on any thread */
     int pending;                    /* a copy submitted and not waited for */
+    int pending_tl;                 /* it signals tl at tl_value (not the fence) */
     AVFrame *frame;                 /* its frame, held until it completes */
 };
 
@@ -77,11 +80,24 @@ int ppr__vk_load(host_vk *f, const AVVulkanDeviceContext *hw)
     DEV(CreateFence) DEV(DestroyFence) DEV(ResetFences) DEV(WaitForFences)
     DEV(CreateSemaphore) DEV(DestroySemaphore) DEV(GetSemaphoreCounterValue)
     DEV(GetDeviceQueue2) DEV(QueueSubmit)
+    DEV(CreateImageView) DEV(DestroyImageView) DEV(CreateShaderModule) DEV(DestroyShaderModule)
+    DEV(CreateDescriptorSetLayout) DEV(DestroyDescriptorSetLayout)
+    DEV(CreatePipelineLayout) DEV(DestroyPipelineLayout)
+    DEV(CreateComputePipelines) DEV(DestroyPipeline)
+    DEV(CreateDescriptorPool) DEV(DestroyDescriptorPool)
+    DEV(AllocateDescriptorSets) DEV(UpdateDescriptorSets)
+    DEV(CmdBindPipeline) DEV(CmdBindDescriptorSets) DEV(CmdPushConstants) DEV(CmdDispatch)
+    INST(GetPhysicalDeviceProperties) INST(GetPhysicalDeviceFormatProperties)
+    INST(GetPhysicalDeviceQueueFamilyProperties)
+    DEV(CreateQueryPool) DEV(DestroyQueryPool) DEV(CmdResetQueryPool) DEV(CmdWriteTimestamp)
+    DEV(GetQueryPoolResults)
     /* optional: the CUDA interop's (cudaip.c), NULL without the extensions */
     f->GetMemoryFdKHR = (PFN_vkGetMemoryFdKHR)f->GetDeviceProcAddr(hw->act_dev, "vkGetMemoryFdKHR");
     f->GetSemaphoreFdKHR = (PFN_vkGetSemaphoreFdKHR)f->GetDeviceProcAddr(hw->act_dev, "vkGetSemaphoreFdKHR");
     f->GetPhysicalDeviceProperties2 = (PFN_vkGetPhysicalDeviceProperties2)
         hw->get_proc_addr(hw->inst, "vkGetPhysicalDeviceProperties2");
+    /* core in Vulkan 1.2, which FFmpeg's devices are; NULL: no shader copies */
+    f->WaitSemaphores = (PFN_vkWaitSemaphores)f->GetDeviceProcAddr(hw->act_dev, "vkWaitSemaphores");
 #undef INST
 #undef DEV
     return 0;
@@ -163,6 +179,8 @@ static void destroy(ppr_host_buffer *b)
     host_vk *f = &b->vk;
 
     if (b->dev) {
+        if (b->tl)
+            f->DestroySemaphore(b->dev, b->tl, b->alloc);
         if (b->fence)
             f->DestroyFence(b->dev, b->fence, b->alloc);
         if (b->pool)
@@ -225,7 +243,8 @@ int ppr__host_buffer_create(ppr_host_buffer **out, AVBufferRef *device, size_t s
     PPR_VKCHECK(b->vk.CreateBuffer(b->dev, &(VkBufferCreateInfo) {
               .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
               .size = size,
-              .usage = VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+              /* written by copies, or by the shader copy (shcopy.c) */
+              .usage = VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_STORAGE_BUFFER_BIT,
               .sharingMode = VK_SHARING_MODE_EXCLUSIVE,
           }, b->alloc, &b->buf), "vkCreateBuffer");
     b->vk.GetBufferMemoryRequirements(b->dev, b->buf, &req);
@@ -279,7 +298,15 @@ static int wait_locked(ppr_host_buffer *b)
 
     if (!b->pending)
         return 0;
-    r = b->vk.WaitForFences(b->dev, 1, &b->fence, VK_TRUE, WAIT_NS);
+    if (b->pending_tl)
+        r = b->vk.WaitSemaphores(b->dev, &(VkSemaphoreWaitInfo) {
+            .sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO,
+            .semaphoreCount = 1,
+            .pSemaphores = &b->tl,
+            .pValues = &b->tl_value,
+        }, WAIT_NS);
+    else
+        r = b->vk.WaitForFences(b->dev, 1, &b->fence, VK_TRUE, WAIT_NS);
     if (r == VK_TIMEOUT)
         return ppr__fail(PPR_EDECODE, "the GPU did not finish a download within %llu s",
                          (unsigned long long)(WAIT_NS / 1000000000ULL));
@@ -393,9 +420,9 @@ int ppr__vk_copy_submit(const ppr__vk_copy *c, AVFrame *frame, const size_t offs
     AVHWDeviceContext *dc;
     AVVkFrame *vkf;
     VkImageMemoryBarrier bar[AV_NUM_DATA_POINTERS];
-    VkSemaphore sems[AV_NUM_DATA_POINTERS], sig[AV_NUM_DATA_POINTERS + 1];
-    uint64_t wait_val[AV_NUM_DATA_POINTERS], signal_val[AV_NUM_DATA_POINTERS + 1];
-    VkPipelineStageFlags wait_stage[AV_NUM_DATA_POINTERS];
+    VkSemaphore sems[AV_NUM_DATA_POINTERS + 1], sig[AV_NUM_DATA_POINTERS + 1];
+    uint64_t wait_val[AV_NUM_DATA_POINTERS + 1], signal_val[AV_NUM_DATA_POINTERS + 1];
+    VkPipelineStageFlags wait_stage[AV_NUM_DATA_POINTERS + 1];
     int nb_images = 0, nb_planes, multiplane, i;
     VkResult r;
 
@@ -483,15 +510,20 @@ int ppr__vk_copy_submit(const ppr__vk_copy *c, AVFrame *frame, const size_t offs
                                   }, 0, NULL, 0, NULL);
     r = c->vk->EndCommandBuffer(c->cmd);
     if (r == VK_SUCCESS) {
-        int nb_signal = nb_images;
+        int nb_signal = nb_images, nb_wait = nb_images;
         VkTimelineSemaphoreSubmitInfo tl;
         if (c->signal) {
             sig[nb_signal] = c->signal;
             signal_val[nb_signal++] = c->signal_value;
         }
+        if (c->wait) {
+            sems[nb_wait] = c->wait;
+            wait_val[nb_wait] = c->wait_value;
+            wait_stage[nb_wait++] = VK_PIPELINE_STAGE_TRANSFER_BIT;
+        }
         tl = (VkTimelineSemaphoreSubmitInfo) {
             .sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO,
-            .waitSemaphoreValueCount = nb_images,
+            .waitSemaphoreValueCount = nb_wait,
             .pWaitSemaphoreValues = wait_val,
             .signalSemaphoreValueCount = nb_signal,
             .pSignalSemaphoreValues = signal_val,
@@ -500,7 +532,7 @@ int ppr__vk_copy_submit(const ppr__vk_copy *c, AVFrame *frame, const size_t offs
         r = c->vk->QueueSubmit(c->queue, 1, &(VkSubmitInfo) {
             .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
             .pNext = &tl,
-            .waitSemaphoreCount = nb_images,
+            .waitSemaphoreCount = nb_wait,
             .pWaitSemaphores = sems,
             .pWaitDstStageMask = wait_stage,
             .commandBufferCount = 1,
@@ -559,6 +591,64 @@ int ppr__host_download_start(ppr_host_buffer *b, AVFrame *frame, const ppr_plane
     av_frame_move_ref(hold, frame);
     b->frame = hold;
     b->pending = 1;
+    b->pending_tl = 0;
+    pthread_mutex_unlock(&b->lock);
+    return 0;
+}
+
+int ppr__host_download_shader(ppr_host_buffer *b, ppr_copier *cp, AVFrame *frame,
+                              const ppr_planes *out)
+{
+    size_t offset[4];
+    AVFrame *hold;
+    int ret;
+
+    if (!frame || frame->format != AV_PIX_FMT_VULKAN || !frame->hw_frames_ctx || !frame->data[0])
+        return ppr__fail(PPR_EINVAL, "not a Vulkan frame");
+    if ((ret = check_planes(b, out->count, out, offset)) < 0)
+        return ret;
+    if (!(hold = av_frame_alloc()))
+        return ppr__fail(PPR_ENOMEM, "out of memory");
+
+    pthread_mutex_lock(&b->lock);
+    if (b->pending) {
+        pthread_mutex_unlock(&b->lock);
+        av_frame_free(&hold);
+        return ppr__fail(PPR_EINVAL, "the host buffer has a download in progress: wait for it first");
+    }
+    /* the copy signals a timeline of the buffer's own, not its fence: a
+     * copier may submit on a thread of its own, which must not race a waiter
+     * on the same fence */
+    if (!b->tl && (!b->vk.WaitSemaphores ||
+                   b->vk.CreateSemaphore(b->dev, &(VkSemaphoreCreateInfo) {
+                       .sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO,
+                       .pNext = &(VkSemaphoreTypeCreateInfo) {
+                           .sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO,
+                           .semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE,
+                       },
+                   }, b->alloc, &b->tl) != VK_SUCCESS)) {
+        b->tl = VK_NULL_HANDLE;
+        pthread_mutex_unlock(&b->lock);
+        av_frame_free(&hold);
+        return ppr__fail(PPR_ENODEVICE, "could not make the host buffer's timeline semaphore");
+    }
+    ret = ppr__copier_submit(cp, frame, offset, out, &(ppr__copy_dst) {
+            .buf = b->buf, .size = b->size, .to_host = 1,
+            .signal = b->tl, .signal_value = b->tl_value + 1,
+        });
+    if (ret) {
+        pthread_mutex_unlock(&b->lock);
+        av_frame_free(&hold);
+        return ret < 0 ? ret : ppr__fail(PPR_EINVAL, "the shader copy does not take this frame "
+                                         "or layout (one R16 image per plane, rows unpadded, "
+                                         "planes on 4-byte boundaries with room for their "
+                                         "last 32-bit word)");
+    }
+    av_frame_move_ref(hold, frame);
+    b->frame = hold;
+    b->pending = 1;
+    b->pending_tl = 1;
+    b->tl_value++;
     pthread_mutex_unlock(&b->lock);
     return 0;
 }

@@ -43,6 +43,15 @@ int ppr__host_buffer_create(ppr_host_buffer **out, struct AVBufferRef *device, s
  * planes; on success the frame's reference moves into b. */
 int ppr__host_download_start(ppr_host_buffer *b, struct AVFrame *frame, const ppr_planes *out);
 
+/* shcopy.c: the copier of `device` (see vkcopy.h for the rest). */
+int ppr__copier_create(ppr_copier **out, struct AVBufferRef *device,
+                       void (*release)(void *), void *release_opaque);
+
+/* hostdl.c: ppr__host_download_start with the copy made by the compute
+ * shader of `cp` (shcopy.c); PPR_EINVAL for a frame or layout it does not take. */
+int ppr__host_download_shader(ppr_host_buffer *b, ppr_copier *cp, struct AVFrame *frame,
+                              const ppr_planes *out);
+
 /* cudaip.c: the CUDA side of `device` (a Vulkan AVHWDeviceContext; it takes a
  * reference); release(release_opaque) runs when the last holder lets go, or
  * before an error returns. */

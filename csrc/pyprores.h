@@ -478,6 +478,43 @@ void ppr_host_buffer_free(ppr_host_buffer *buffer);
 /* Host buffers not freed, in the whole process (for tests). */
 int ppr_host_buffers_live(void);
 
+/* Copies by a compute shader (csrc/shaders/planecopy.comp) on a compute
+ * queue: the SMs read the frame's images and write the planes packed (rows
+ * unpadded), where vkCmdCopyImageToBuffer of the tiled images runs at a
+ * fraction of the memory's bandwidth. CUDA frames are copied so by default
+ * (ppr_cuda_set_copy); into a host buffer it is the same copy, which tests
+ * compare with ppr_download_start's on any device (lavapipe too). */
+typedef struct ppr_copier ppr_copier;
+
+/* A copier on the session's device (it holds the device; it may outlive the
+ * session); NULL on an error (ppr_last_error(session)). */
+ppr_copier *ppr_copier_new(ppr_session *session);
+
+/* Copies it submitted so far. */
+uint64_t ppr_copier_copies(ppr_copier *copier);
+
+/* 1: vkQueueSubmit runs on a thread of the copier's own, the copy's commands
+ * recorded and its semaphore values taken by the caller (work submitted on
+ * the frame meanwhile waits for them on the GPU); 0 (the default): in the
+ * caller's call. 0, or an error. */
+int ppr_copier_set_async(ppr_copier *copier, int on);
+
+/* The queue its copies go to (family, index): 1 when that family is also
+ * the decoder's (the device's first that can compute: no other one was
+ * found), 0 when it is another, -1 without a copier. */
+int ppr_copier_queue(const ppr_copier *copier, uint32_t *family, uint32_t *index);
+
+/* Wait for its copies, then free it. NULL-safe. */
+void ppr_copier_free(ppr_copier *copier);
+
+/* ppr_download_start, the copy made by the copier's shader. The planes'
+ * rows must be unpadded (stride = width * 2) and each plane needs room for
+ * its last 32-bit word (the second sample of a plane with an odd number of
+ * samples is written as 0): PPR_EINVAL otherwise, and for a frame that is not
+ * one R16 image per plane. */
+int ppr_download_start_shader(ppr_session *session, ppr_host_buffer *buffer,
+                              ppr_copier *copier, ppr_planes *out);
+
 /* Drop every frame in flight and close the streaming decoder (its threads end).
  * The session stays open. NULL-safe. */
 void ppr_stream_reset(ppr_session *session);
@@ -580,6 +617,27 @@ int ppr_cuda_open(ppr_session *session, ppr_cuda **out);
 /* The CUDA device ordinal (DLPack's device_id). */
 int ppr_cuda_device(const ppr_cuda *cuda);
 
+/* How frames are copied into CUDA buffers: PPR_COPY_SHADER (the default; a
+ * compute shader on a compute queue, see ppr_copier; frames or layouts it
+ * does not take go by transfer), PPR_COPY_SHADER_ASYNC (the same, its
+ * vkQueueSubmit on a thread of the copier's own: ppr_copier_set_async) or
+ * PPR_COPY_TRANSFER (vkCmdCopyImageToBuffer on a transfer queue). Any time:
+ * the exported semaphore's values stay in order across the two queues.
+ * PPR_ENODEVICE (with the reason) when the device cannot run the shader
+ * copy; PPR_EINVAL for another value. */
+enum {
+    PPR_COPY_SHADER = 0,
+    PPR_COPY_TRANSFER = 1,
+    PPR_COPY_SHADER_ASYNC = 2
+};
+int ppr_cuda_set_copy(ppr_cuda *cuda, int how);
+
+/* Copies into its buffers so far, by the shader and by transfer. */
+void ppr_cuda_copies(ppr_cuda *cuda, uint64_t *shader, uint64_t *transfer);
+
+/* Its shader copier (NULL when the device cannot run it), for ppr_copier_queue. */
+ppr_copier *ppr_cuda_copier(ppr_cuda *cuda);
+
 /* Drop the opener's reference (buffers keep it alive). NULL-safe. */
 void ppr_cuda_close(ppr_cuda *cuda);
 
@@ -648,7 +706,8 @@ void *ppr_cuda_dlpack_at(ppr_cuda_buffer *buffer, uint64_t ptr, int height, int 
  * is written again once the caller and every tensor let go of it, the least
  * recently used first; at most 16 are kept); PPR_PUMP_HOST into a new host
  * buffer per frame (the caller's: ppr_host_buffer_wait before reading, then
- * ppr_host_buffer_free); PPR_PUMP_NONE copies nothing (the decoder alone,
+ * ppr_host_buffer_free; PPR_PUMP_HOST_SHADER: the same, copied by the
+ * compute shader of ppr_copier); PPR_PUMP_NONE copies nothing (the decoder alone,
  * for measurements). Errors come in order, after the frames before them, as
  * the streaming calls give them (ppr_pump_frame.index: the packet or frame
  * the error is about, -1 for the reader's own). */
@@ -657,7 +716,9 @@ typedef struct ppr_pump ppr_pump;
 enum {
     PPR_PUMP_NONE = 0,
     PPR_PUMP_CUDA = 1,
-    PPR_PUMP_HOST = 2
+    PPR_PUMP_HOST = 2,
+    PPR_PUMP_HOST_SHADER = 3,   /* the host sink, copies by a ppr_copier (tests) */
+    PPR_PUMP_HOST_SHADER_ASYNC = 4  /* the same, the copier's submissions on its thread */
 };
 
 typedef struct ppr_pump_frame {
@@ -681,6 +742,10 @@ typedef struct ppr_pump_stats {
     uint64_t next_wait_ns;      /* ppr_pump_next waiting for a frame              */
     uint64_t thread_cpu_ns;     /* the pump thread's CPU time                     */
     uint64_t buffers_made;
+    uint64_t shader_copies;     /* copies made by the compute shader              */
+    uint64_t transfer_copies;   /* and by transfer (vkCmdCopyImageToBuffer)       */
+    uint64_t copy_gpu_ns;       /* PYPRORES_COPY_GPU_TIME=1: the GPU time of the  */
+    uint64_t copies_gpu_timed;  /* shader copies read back so far, and how many   */
 } ppr_pump_stats;
 
 /* Start the pump on `session` (streaming, nothing sent yet; the pump uses it

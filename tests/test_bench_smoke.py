@@ -106,3 +106,32 @@ def test_bench_file_modes(tmp_path):
         assert m["frames"] == result["loops"] * n
         assert m["open_s"] > 0 and m["first_frame_s"] > 0 and m["steady_fps"] > 0
         assert 0 < m["whole_fps"] < m["steady_fps"]
+
+
+def test_bench_pump_host_modes(tmp_path):
+    """The pump's host sinks as bench modes (no CUDA needed): py-cuda-host copies
+    by transfer, py-cuda-hostsh by the compute shader CUDA frames use; both
+    bit-exact, each copy counted on its own side. The cudacopy summary (gpu-run's
+    cudacopy step) of that run, twice over as two rounds: each mode against numpy."""
+    result, _ = _bench(tmp_path, "--ffmpeg", str(_ffmpeg_dir()), "--clips", "q-4444-alpha",
+                       "--modes", "py-stream-ed,py-cuda-host,py-cuda-hostsh,py-cuda-hostsh-async")
+    clip = result["clips"][0]
+    n = clip["check"]["frames_sw"]
+    for mode, side in (("py-cuda-host", "transfer"), ("py-cuda-hostsh", "shader"),
+                       ("py-cuda-hostsh-async", "shader")):
+        m = clip["modes"][mode]
+        assert m["frames_identical"] == f"{n}/{n}", m
+        other = "shader" if side == "transfer" else "transfer"
+        assert m["copies"][side] > 0 and m["copies"][other] == 0, m["copies"]
+    summary = subprocess.run([sys.executable, str(REPO / "tools" / "gpu" / "bench"), "--cudacopy-summary",
+                              str(tmp_path / "bench.json"), str(tmp_path / "bench.json")],
+                             capture_output=True, text=True, timeout=60)
+    assert summary.returncode == 0, summary.stderr
+    numpy_fps = clip["modes"]["py-stream-ed"]["steady_fps"]
+    hostsh = clip["modes"]["py-cuda-hostsh"]["steady_fps"]
+    lines = summary.stdout.splitlines()
+    assert f"cudacopy q-4444-alpha: 2 rounds" in summary.stdout and f"numpy (py-stream-ed) {numpy_fps} fps" in summary.stdout
+    assert any(l.startswith(f"cudacopy q-4444-alpha py-cuda-hostsh (shader copy into host buffers (numpy), "
+                            f"8 in flight): "
+                            f"{hostsh} fps, {hostsh / numpy_fps:.2f}x numpy") for l in lines), lines
+    assert any(l.startswith(f"cudacopy q-4444-alpha py-cuda-host (py-cuda-host, 8 in flight): ") for l in lines), lines

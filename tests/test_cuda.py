@@ -68,6 +68,9 @@ def test_bad_output_arguments(clip):
                    {"download_thread": True}):
         with pytest.raises(ValueError, match="output='cuda' needs"):
             pyprores.open_decoder(clip, output="cuda", **kwargs)
+    for kwargs in ({"output": "cuda", "_cuda_copy": "dma"}, {"_cuda_copy": "transfer"}):
+        with pytest.raises(ValueError, match="_cuda_copy"):
+            pyprores.open_decoder(clip, **kwargs)
 
 
 @needs_vk
@@ -84,13 +87,19 @@ def test_cuda_calls_refuse_bad_arguments():
     L.ppr_dlpack_delete(ffi.NULL, 0)
     L.ppr_cuda_close(ffi.NULL)
     L.ppr_cuda_buffer_free(ffi.NULL)
+    assert L.ppr_cuda_set_copy(ffi.NULL, L.PPR_COPY_SHADER) == L.PPR_EINVAL
+    copies = ffi.new("uint64_t[2]", [7, 7])
+    L.ppr_cuda_copies(ffi.NULL, copies, copies + 1)
+    assert list(copies) == [0, 0]
+    assert L.ppr_copier_new(ffi.NULL) == ffi.NULL and L.ppr_copier_copies(ffi.NULL) == 0
+    L.ppr_copier_free(ffi.NULL)
 
 
 @pytest.mark.gpu
 def test_cuda_frames_on_the_gpu(tmp_path):
     """tools/gpu/cuda-check's checks (the gpu-run step `cuda` runs the same): equal
-    planes for 4:2:2, 4:4:4 + alpha and interlaced through the pump and the Python
-    loop, tensors outliving the decoder, frames held beyond the pump's pool, kernels
+    planes for 4:2:2, 4:4:4 + alpha, interlaced and odd sizes through the pump (the
+    compute-shader copy and the transfer-queue copy) and the Python loop, tensors outliving the decoder, frames held beyond the pump's pool, kernels
     right after each frame (Y and Cr, the legacy and an own stream) seeing it finished."""
     check = load_script("cuda-check")
     result = check.run_checks(tmp_path, frames=6)

@@ -146,7 +146,7 @@ def test_help_lists_the_steps():
     res = gpu_run("--help")
     assert res.returncode == 0
     for step in ("check@B", "startup@B", "bench@B", "conformance@B", "fuzz-gpu@B", "ab@A,B", "memory@B", "cluster@B",
-                 "load@B[,B...]", "soak@B", "refusals@B"):
+                 "load@B[,B...]", "soak@B", "refusals@B", "cudacopy@B"):
         assert step in res.stdout
 
 
@@ -348,3 +348,22 @@ def test_dry_run_pack_new_layer(tmp_path: Path):
         assert gp.main(["--out", str(tmp_path / "g"), "--dry-run", "--new-layer", f"ff={ffdir}"]) == 0
     assert "layers-new/: vulkan-validationlayers of Debian trixie" in buf.getvalue()
     assert "mallstat/libmallstat.so, libpoolstat.so" in buf.getvalue()
+
+
+def test_dry_run_cudacopy_step(pack: Path, tmp_path: Path):
+    """Issue 33's A/B of the copy into CUDA memory: numpy, the shader copy, the transfer
+    copy, the pump without a copy and the shader copy into host buffers, in rounds on
+    the first clip, then the summary over the rounds' JSON."""
+    res = gpu_run("--pack", str(pack), "--dry-run", "--clips", "4k-422hq,4k-4444xq", "--cudacopy-rounds", "3",
+                  "--bench-args", "--repeat 1 --in-flight 16", "cudacopy@ff10", out=tmp_path / "out")
+    assert res.returncode == 0, res.stderr
+    out = tmp_path / "out"
+    assert f"step cudacopy ff10: timeout 240 s, log {out}/cudacopy-ff10.log" in res.stdout
+    assert ("3 rounds: python3 tools/gpu/bench --ffmpeg " f"{pack}/ff10 --decbench {pack}/ff10/bin/decbench"
+            in res.stdout)
+    assert ("--clips 4k-422hq --modes py-stream-ed,py-cuda-t16,py-cuda-async-t16,py-cuda-xfer-t16,py-cuda-nocopy-t16,"
+            "py-cuda-hostsh-t16,py-cuda-gputime-t16 "
+            f"--json {out}/cudacopy-ff10-rN.json --repeat 1 --in-flight 16" in res.stdout)
+    assert "--cudacopy-summary" in res.stdout
+    bad = gpu_run("--pack", str(pack), "--dry-run", "--cudacopy-rounds", "0", "cudacopy")
+    assert bad.returncode == 2 and "--cudacopy-rounds" in bad.stderr

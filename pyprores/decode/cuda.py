@@ -18,17 +18,21 @@ tensors' streams had queued is done.
 from __future__ import annotations
 
 import ctypes
+import os
 import time
 from typing import Any
 
 import numpy as np
 
 from . import native
+from ..errors import DeviceError
 from ..model import PLANE_NAMES
 
 __all__ = ["CudaContext", "CudaPlane", "CudaPlanes"]
 
 KDL_CUDA = 2          # DLPack's kDLCUDA
+# PPR_COPY_SHADER, PPR_COPY_TRANSFER, PPR_COPY_SHADER_ASYNC
+_COPIES = {"shader": 0, "transfer": 1, "shader-async": 2}
 _ALIGN = 256          # plane offsets in a buffer (CUDA's own allocations are 256-byte aligned)
 # The capsule names (PyCapsule keeps the pointer: these bytes live as long as the module).
 _NAMES = {False: b"dltensor", True: b"dltensor_versioned"}
@@ -66,7 +70,7 @@ class CudaContext:
     :class:`pyprores.DeviceError` when there is no CUDA driver, no CUDA device
     that is the session's Vulkan device, or the device cannot export memory."""
 
-    def __init__(self, session: native.Session) -> None:
+    def __init__(self, session: native.Session, copy: str | None = None) -> None:
         L, ffi = native._lib(), native.ffi
         out = ffi.new("ppr_cuda **")
         rc = L.ppr_cuda_open(session._live(), out)
@@ -76,6 +80,48 @@ class CudaContext:
         self._ptr = ffi.gc(out[0], L.ppr_cuda_close)
         #: the CUDA device ordinal (torch.device("cuda", device_id))
         self.device_id = int(L.ppr_cuda_device(self._ptr))
+        #: how frames are copied into CUDA memory: "shader", "shader-async" or "transfer"
+        self.copy = "shader"
+        asked = copy or os.environ.get("PYPRORES_CUDA_COPY")
+        if asked:
+            self.set_copy(asked)
+        else:   # the shader where the device runs it, else the transfer queue
+            try:
+                self.set_copy("shader")
+            except DeviceError:
+                self.set_copy("transfer")
+
+    def set_copy(self, how: str) -> None:
+        """``"shader"``: a compute shader copies each frame into CUDA memory (the
+        default); ``"shader-async"``: the same, submitted by a thread of the
+        copier's own; ``"transfer"``: vkCmdCopyImageToBuffer on a transfer queue.
+        Raises :class:`pyprores.DeviceError` when the device cannot run the shader."""
+        L = native.lib
+        if how not in _COPIES:
+            raise ValueError(f"the CUDA copy is 'shader', 'shader-async' or 'transfer', not {how!r} "
+                             "(PYPRORES_CUDA_COPY)")
+        rc = L.ppr_cuda_set_copy(self._ptr, _COPIES[how])
+        if rc < 0:
+            native._raise(rc)
+        self.copy = how
+
+    def copy_queue(self) -> dict[str, Any] | None:
+        """Where the shader copies go: ``{"family", "index", "decoder_family"}``
+        (the last True when the decoder submits to that family too), or None
+        when the device cannot run the shader copy."""
+        L, ffi = native.lib, native.ffi
+        fam, idx = ffi.new("uint32_t *"), ffi.new("uint32_t *")
+        shared = L.ppr_copier_queue(L.ppr_cuda_copier(self._ptr), fam, idx)
+        if shared < 0:
+            return None
+        return {"family": int(fam[0]), "index": int(idx[0]), "decoder_family": bool(shared)}
+
+    def copies(self) -> dict[str, int]:
+        """The copies into CUDA memory so far: ``{"shader": n, "transfer": m}``."""
+        ffi = native.ffi
+        a, b = ffi.new("uint64_t *"), ffi.new("uint64_t *")
+        native.lib.ppr_cuda_copies(self._ptr, a, b)
+        return {"shader": int(a[0]), "transfer": int(b[0])}
 
     def close(self) -> None:
         if self._ptr is not None:
@@ -188,7 +234,9 @@ class CudaPlanes:
 
 # -- the pump: send, receive and copy on a thread of the C library's own --------
 
-SINKS = {"none": 0, "cuda": 1, "host": 2}   # PPR_PUMP_NONE, _CUDA, _HOST
+# PPR_PUMP_NONE, _CUDA, _HOST, _HOST_SHADER (host buffers written by the compute shader
+# that copies CUDA frames: the same copy, checkable without CUDA)
+SINKS = {"none": 0, "cuda": 1, "host": 2, "host-shader": 3, "host-shader-async": 4}
 
 
 class _Feeder:
@@ -271,9 +319,10 @@ def pump_frames(dec: Any, ptr: Any, sink: str, depth: int) -> Any:
     a thread of the C library's own reads (the file's reader) or takes (a
     packet source, pushed by a :class:`_Feeder`) the packets, sends them,
     receives the frames and starts their copies into ``sink`` ("cuda": CUDA
-    buffers of its pool; "host": host buffers, for tests; "none": no copy,
-    for measurements), ``depth`` frames ahead of the caller. ``dec.stats()``
-    says where the time went."""
+    buffers of its pool; "host": host buffers, for tests; "host-shader": the
+    same written by the compute shader CUDA frames are copied with; "none": no
+    copy, for measurements), ``depth`` frames ahead of the caller.
+    ``dec.stats()`` says where the time went."""
     from ..errors import DecodeError
     L, ffi = native.lib, native.ffi
     out = ffi.new("ppr_pump **")
@@ -308,7 +357,7 @@ def pump_frames(dec: Any, ptr: Any, sink: str, depth: int) -> Any:
                     arrays[names[i]] = CudaPlane(handle, int(ffi.cast("uintptr_t", p.data)),
                                                  (p.height, p.width), device_id)
                 handle = None
-            elif sink == "host":
+            elif sink.startswith("host"):
                 arrays = _host_arrays(f)
             else:
                 arrays = {}
@@ -343,7 +392,8 @@ def pump_frames(dec: Any, ptr: Any, sink: str, depth: int) -> Any:
 
 
 _STAT_FIELDS = ("frames", "packets", "input_ns", "send_ns", "receive_ns", "buffer_ns", "copy_ns",
-                "output_ns", "next_wait_ns", "thread_cpu_ns", "buffers_made")
+                "output_ns", "next_wait_ns", "thread_cpu_ns", "buffers_made", "shader_copies",
+                "transfer_copies", "copy_gpu_ns", "copies_gpu_timed")
 
 
 def _stats(pump: Any) -> dict[str, int]:

@@ -386,7 +386,7 @@ class StreamDecoder(native.Closeable):
                  codec_tag: native.CodecTag | None = None, err_detect: bool = True,
                  prefetch: int = 2, download_thread: bool = False,
                  gpu_download: bool | None = None, output: str = "numpy",
-                 _pump: str | None = None) -> None:
+                 _pump: str | None = None, _cuda_copy: str | None = None) -> None:
         if max_in_flight is None:   # CUDA frames: the decoder's rate needs more in flight
             max_in_flight = _IN_FLIGHT_CUDA if output == "cuda" else _IN_FLIGHT
         if int(max_in_flight) < 1:
@@ -397,6 +397,10 @@ class StreamDecoder(native.Closeable):
                                  or download_thread):
             raise ValueError("output='cuda' needs the vulkan backend, and buffers of the decoder's "
                              "own (reuse_buffers=False, no gpu_download or download_thread)")
+        if _cuda_copy not in (None, "shader", "shader-async", "transfer") or \
+                (_cuda_copy and output != "cuda"):
+            raise ValueError(f"_cuda_copy is 'shader', 'shader-async' or 'transfer', with output='cuda' "
+                             f"(not {_cuda_copy!r} with output={output!r})")
         #: "numpy" or "cuda" (planes are pyprores.decode.cuda.CudaPlane, DLPack producers)
         self.output = output
         if int(prefetch) < 0:
@@ -425,15 +429,18 @@ class StreamDecoder(native.Closeable):
         # The pump (pyprores.decode.cuda.pump_frames): a thread of the C library's own
         # sends, receives and starts the copies. CUDA output uses it unless
         # _pump="off" (the loop on this thread) or prefetch=0 (the source is iterated
-        # on this thread); _pump="host" or "none" run it for numpy-less measurements
-        # and tests (host buffers per frame, or no copy at all).
-        if _pump not in (None, "off", "cuda", "host", "none") or \
-                (_pump in ("host", "none") and (output != "numpy" or backend != "vulkan")) or \
+        # on this thread); _pump="host", "host-shader" or "none" run it for numpy-less
+        # measurements and tests (host buffers per frame, written by transfer or by the
+        # compute shader that copies CUDA frames; or no copy at all).
+        if _pump not in (None, "off", "cuda", "host", "host-shader", "host-shader-async", "none") or \
+                (_pump in ("host", "host-shader", "host-shader-async", "none") and
+                 (output != "numpy" or backend != "vulkan")) or \
                 (_pump == "cuda" and output != "cuda"):
             raise ValueError(f"_pump={_pump!r} does not fit output={output!r}, backend={backend!r}")
         #: the pump's sink ("cuda", "host", "none"), or None: frames decoded on this thread
         self.pump: str | None = ("cuda" if output == "cuda" and _pump != "off" and prefetch
-                                 else _pump if _pump in ("host", "none") else None)
+                                 else _pump if _pump in ("host", "host-shader", "host-shader-async", "none")
+                                 else None)
         self._pump: Any = None
         self._pump_stats: dict[str, int] | None = None
         self._pump_copiers = -1   # threads sharing a pushed packet's copy (-1: by the CPUs)
@@ -479,7 +486,9 @@ class StreamDecoder(native.Closeable):
                     native._raise(rc, self._session._live())
                 if output == "cuda":
                     from .cuda import CudaContext
-                    self._cuda = CudaContext(self._session)   # DeviceError without CUDA
+                    # DeviceError without CUDA; the copy: _cuda_copy, else
+                    # $PYPRORES_CUDA_COPY, else the compute shader
+                    self._cuda = CudaContext(self._session, _cuda_copy)
             except BaseException:
                 if self.path is not None:
                     self._open_file(codec_tag)   # the file's error, if any, comes first
