@@ -499,10 +499,42 @@ uint64_t ppr_copier_copies(ppr_copier *copier);
  * caller's call. 0, or an error. */
 int ppr_copier_set_async(ppr_copier *copier, int on);
 
-/* The queue its copies go to (family, index): 1 when that family is also
- * the decoder's (the device's first that can compute: no other one was
- * found), 0 when it is another, -1 without a copier. */
+/* Where its copies go (ppr_copier_queue, ppr_copy_queue_pick). */
+enum {
+    PPR_COPY_QUEUE_OWN = 0,             /* a family the decoder does not submit to */
+    PPR_COPY_QUEUE_DECODER = 1,         /* a queue the decoder submits to too: the
+                                         * copies wait behind decodes */
+    PPR_COPY_QUEUE_DECODER_FAMILY = 2   /* the decoder's family, a queue it leaves alone */
+};
+
+/* The queue its copies go to (family, index): PPR_COPY_QUEUE_*, -1 without
+ * a copier. */
 int ppr_copier_queue(const ppr_copier *copier, uint32_t *family, uint32_t *index);
+
+/* A queue family of a Vulkan device context. */
+typedef struct ppr_queue_family {
+    uint32_t index;     /* Vulkan's queue family index */
+    uint32_t flags;     /* the family's VkQueueFlags, as the device reports them */
+    uint32_t roles;     /* what the device context enabled it for (its
+                         * AVVulkanDeviceQueueFamily's flags): FFmpeg's decoders
+                         * take the first family with VK_QUEUE_COMPUTE_BIT */
+    uint32_t queues;    /* queues the device context created in it */
+} ppr_queue_family;
+
+/* The families of the copier's device context, in its order (at most max
+ * into out): how many it has, -1 without a copier. *decoder_queues: how many
+ * queues of its family the decoder submits to (0: every one). */
+int ppr_copier_families(const ppr_copier *copier, ppr_queue_family *out, int max,
+                        int *decoder_queues);
+
+/* The queue the copier takes on a device context with these families (in its
+ * order) when the decoder submits to decoder_queues queues of its family (0:
+ * every one): a family that can compute and that the decoder does not use,
+ * one FFmpeg submits nothing to first (NVIDIA's and AMD's graphics family),
+ * else a queue of the decoder's family it leaves alone, else the decoder's
+ * last queue. PPR_COPY_QUEUE_*, or PPR_ENODEVICE when no family can compute. */
+int ppr_copy_queue_pick(const ppr_queue_family *families, int nb, int decoder_queues,
+                        uint32_t *family, uint32_t *index);
 
 /* Wait for its copies, then free it. NULL-safe. */
 void ppr_copier_free(ppr_copier *copier);

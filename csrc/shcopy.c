@@ -1,6 +1,8 @@
 /*
  * shcopy.c - a decoded frame's planes copied into a buffer by a compute
- * shader (ppr_copier; csrc/shaders/planecopy.comp), on a compute queue.
+ * shader (ppr_copier; csrc/shaders/planecopy.comp), on a queue that can
+ * compute and that no decode uses where the device has one
+ * (ppr_copy_queue_pick: NVIDIA's and AMD's graphics family).
  *
  * vkCmdCopyImageToBuffer of the R16 optimal-tiling planes runs on a copy
  * engine, or on whatever path the driver takes for tiled images, at a
@@ -34,10 +36,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <libavcodec/version_major.h>
 #include <libavutil/buffer.h>
 #include <libavutil/frame.h>
 #include <libavutil/hwcontext.h>
 #include <libavutil/hwcontext_vulkan.h>
+#include <libavutil/macros.h>
 #include <libavutil/pixdesc.h>
 
 #include "internal.h"
@@ -79,7 +83,9 @@ struct ppr_copier {
     VkDevice dev;
     const VkAllocationCallbacks *alloc;
     uint32_t qf, qi;
-    int shared;                 /* qf is the decoder's family too */
+    int where;                  /* PPR_COPY_QUEUE_*: whether the decoder uses qf, qi */
+    ppr_queue_family fam[64];   /* the device context's families, in its order */
+    int nb_fam;
     VkQueue queue;
     VkDeviceSize max_range;     /* maxStorageBufferRange */
     VkDescriptorSetLayout dsl;
@@ -112,37 +118,85 @@ struct ppr_copier {
     uint64_t gpu_ns, gpu_copies;
 };
 
-/* The family the copies go to: the decoder takes the first family of the
- * device context that can compute (libavutil's ff_vk_qf_init/ff_vk_qf_find),
- * so another family that can compute where there is one (its own queues, no
- * submissions interleaved with the decoder's), else that one's last queue.
- * Families with video work are avoided. */
-static int pick_compute_family(const AVVulkanDeviceContext *hw, uint32_t *qf, uint32_t *qi,
-                               int *shared)
-{
-    int i, first = -1, best = -1, best_score = -1;
+/* Queues of its family the ProRes hwaccel submits to: with our 7.1.5 series
+ * its 4 execution contexts (vulkan_prores.c's NB_EXEC_CONTEXTS) take queues
+ * i % nb. FFmpeg 9.0's vulkan_decode.c makes up to two contexts a queue (our
+ * master series 4, but master has 9.0's version numbers): every queue, so
+ * that no queue a decode uses is taken for a free one. */
+#if LIBAVCODEC_VERSION_MAJOR < 62
+#define DECODER_QUEUES 4
+#else
+#define DECODER_QUEUES 0
+#endif
 
-    for (i = 0; i < hw->nb_qf; i++) {
-        VkQueueFlags fl = hw->qf[i].flags;
+/* The device context's qf[] says what FFmpeg enabled a family for (its
+ * roles: NVIDIA's family 0 is there for graphics only, though it computes),
+ * not what the family can do: that comes from the device. The decoder
+ * submits to the first family with the compute role (ff_vk_qf_init,
+ * ff_vk_qf_find); FFmpeg submits nothing to a family enabled for graphics
+ * only. Images are shared concurrently by every family of qf[], so a copy on
+ * any of them needs no ownership transfer. */
+int ppr_copy_queue_pick(const ppr_queue_family *fam, int nb, int decoder_queues,
+                        uint32_t *family, uint32_t *index)
+{
+    int i, j, dec = -1, best = -1, best_score = -1;
+
+    if (nb < 0 || (nb && !fam) || !family || !index)
+        return ppr__fail(PPR_EINVAL, "ppr_copy_queue_pick: no families or no family/index to fill");
+    for (i = 0; i < nb && dec < 0; i++)
+        if (fam[i].roles & VK_QUEUE_COMPUTE_BIT)
+            dec = i;
+    for (i = 0; i < nb; i++) {
+        uint32_t roles = 0;
         int score;
-        if (hw->qf[i].num < 1 || !(fl & VK_QUEUE_COMPUTE_BIT))
+        if (!fam[i].queues || !(fam[i].flags & VK_QUEUE_COMPUTE_BIT) ||
+            (dec >= 0 && fam[i].index == fam[dec].index))
             continue;
-        if (first < 0)
-            first = i;
-        score = (i != first ? 4 : 0) +
-                ((fl & (VK_QUEUE_VIDEO_DECODE_BIT_KHR | VK_QUEUE_VIDEO_ENCODE_BIT_KHR |
-                        VK_QUEUE_OPTICAL_FLOW_BIT_NV)) ? 0 : 2) +
-                !(fl & VK_QUEUE_GRAPHICS_BIT);
+        for (j = 0; j < nb; j++)    /* a context may list a family twice */
+            if (fam[j].index == fam[i].index)
+                roles |= fam[j].roles;
+        score = (roles & ~(uint32_t)VK_QUEUE_GRAPHICS_BIT ? 0 : 2) +
+                (fam[i].flags & (VK_QUEUE_VIDEO_DECODE_BIT_KHR | VK_QUEUE_VIDEO_ENCODE_BIT_KHR |
+                                 VK_QUEUE_OPTICAL_FLOW_BIT_NV) ? 0 : 1);
         if (score > best_score) {
             best = i;
             best_score = score;
         }
     }
-    if (best < 0)
+    if (best >= 0) {    /* FFmpeg's pools there, if any, start at queue 0 */
+        *family = fam[best].index;
+        *index = fam[best].queues - 1;
+        return PPR_COPY_QUEUE_OWN;
+    }
+    if (dec < 0 || !fam[dec].queues)
         return ppr__fail(PPR_ENODEVICE, "the Vulkan device has no queue that can compute");
-    *qf = hw->qf[best].idx;
-    *qi = best == first ? hw->qf[best].num - 1 : 0;
-    *shared = best == first;
+    *family = fam[dec].index;
+    *index = fam[dec].queues - 1;
+    return decoder_queues > 0 && fam[dec].queues > (uint32_t)decoder_queues ?
+           PPR_COPY_QUEUE_DECODER_FAMILY : PPR_COPY_QUEUE_DECODER;
+}
+
+/* The device context's families, their flags as the device reports them. */
+static int describe_families(ppr_copier *cp, const AVVulkanDeviceContext *hw)
+{
+    VkQueueFamilyProperties *props;
+    uint32_t nb = 0;
+    int i;
+
+    cp->vk.GetPhysicalDeviceQueueFamilyProperties(hw->phys_dev, &nb, NULL);
+    if (!(props = calloc(nb ? nb : 1, sizeof(*props))))
+        return ppr__fail(PPR_ENOMEM, "out of memory");
+    cp->vk.GetPhysicalDeviceQueueFamilyProperties(hw->phys_dev, &nb, props);
+    cp->nb_fam = FFMIN(hw->nb_qf, (int)FF_ARRAY_ELEMS(cp->fam));
+    for (i = 0; i < cp->nb_fam; i++)
+        cp->fam[i] = (ppr_queue_family) {
+            .index = hw->qf[i].idx,
+            .flags = hw->qf[i].idx >= 0 && hw->qf[i].idx < (int)nb ?
+                     props[hw->qf[i].idx].queueFlags : 0,
+            .roles = hw->qf[i].flags,
+            .queues = hw->qf[i].num,
+        };
+    free(props);
     return 0;
 }
 
@@ -404,8 +458,10 @@ int ppr__copier_create(ppr_copier **out, AVBufferRef *device,
                         "(no storage image support): shader copies are not possible");
         goto fail;
     }
-    if ((ret = pick_compute_family(hw, &cp->qf, &cp->qi, &cp->shared)) < 0)
+    if ((ret = describe_families(cp, hw)) < 0 ||
+        (ret = ppr_copy_queue_pick(cp->fam, cp->nb_fam, DECODER_QUEUES, &cp->qf, &cp->qi)) < 0)
         goto fail;
+    cp->where = ret;
     cp->vk.GetDeviceQueue2(cp->dev, &(VkDeviceQueueInfo2) {
         .sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_INFO_2,
 #if LIBAVUTIL_VERSION_MAJOR >= 60
@@ -531,7 +587,21 @@ int ppr_copier_queue(const ppr_copier *cp, uint32_t *family, uint32_t *index)
         *family = cp->qf;
     if (index)
         *index = cp->qi;
-    return cp->shared;
+    return cp->where;
+}
+
+int ppr_copier_families(const ppr_copier *cp, ppr_queue_family *out, int max,
+                        int *decoder_queues)
+{
+    int i;
+
+    if (!cp)
+        return -1;
+    for (i = 0; out && i < cp->nb_fam && i < max; i++)
+        out[i] = cp->fam[i];
+    if (decoder_queues)
+        *decoder_queues = DECODER_QUEUES;
+    return cp->nb_fam;
 }
 
 void ppr_copier_free(ppr_copier *cp)

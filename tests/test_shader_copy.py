@@ -132,7 +132,9 @@ def test_writes_only_its_planes_and_refuses_what_it_does_not_take(paths):
     assert "does not take" in ffi.string(L.ppr_last_error(ptr)).decode()
     assert L.ppr_copier_copies(cp) == 0
     fam, idx = ffi.new("uint32_t *"), ffi.new("uint32_t *")
-    assert L.ppr_copier_queue(cp, fam, idx) in (0, 1) and L.ppr_copier_queue(ffi.NULL, fam, idx) == -1
+    assert L.ppr_copier_queue(cp, fam, idx) in (L.PPR_COPY_QUEUE_OWN, L.PPR_COPY_QUEUE_DECODER,
+                                                L.PPR_COPY_QUEUE_DECODER_FAMILY)
+    assert L.ppr_copier_queue(ffi.NULL, fam, idx) == -1
     assert L.ppr_download_start_shader(ptr, b, cp, planes()) == 0
     assert L.ppr_download_start_shader(ptr, b, cp, planes()) == L.PPR_EINVAL   # taken already
     s.close()                                  # the copier and the buffer outlive the session
@@ -246,3 +248,74 @@ def test_gpu_time_of_the_copies(paths, monkeypatch):
     with pyprores.open_decoder(paths["hq422"], _pump="host-shader") as dec:
         list(dec)
         assert dec.stats()["copies_gpu_timed"] == 0
+
+
+# VkQueueFlagBits
+G, C, T, SPARSE, DECODE = 0x1, 0x2, 0x4, 0x8, 0x20
+
+
+def _pick(families: list[tuple[int, int, int, int]], decoder_queues: int) -> tuple[int, int, int]:
+    """ppr_copy_queue_pick over (index, flags, roles, queues) in the context's order."""
+    L, ffi = native.lib, native.ffi
+    arr = ffi.new("ppr_queue_family[]", max(len(families), 1))
+    for i, (index, flags, roles, queues) in enumerate(families):
+        arr[i].index, arr[i].flags, arr[i].roles, arr[i].queues = index, flags, roles, queues
+    fam, idx = ffi.new("uint32_t *"), ffi.new("uint32_t *")
+    rc = L.ppr_copy_queue_pick(arr, len(families), decoder_queues, fam, idx)
+    return rc, int(fam[0]), int(idx[0])
+
+
+def test_copy_queue_pick_leaves_the_decoders_queues_alone():
+    """The copier's queue from the device's families and the device context's
+    qf[] as FFmpeg's setup_queue_families makes it (each family listed with the
+    roles it was picked for). NVIDIA H100 (driver 580): family 0 graphics +
+    compute + transfer, enabled for graphics with one queue, 1 transfer, 2
+    compute, which the decoder takes (4 queues with the 7.1.5 series): the
+    copies go to family 0, which can compute and which nothing of FFmpeg's
+    submits to, not to the decoder's family 2. AMD (RADV): the same with
+    graphics family 0 and compute family 1. One family (lavapipe, Intel): a
+    queue the decoder leaves alone when it has more than the decoder takes,
+    else the decoder's last one, and the answer says so."""
+    L = native.lib
+    h100 = [(0, G | C | T | SPARSE, G, 1), (2, C | T | SPARSE, C, 4), (1, T | SPARSE, T, 2),
+            (3, DECODE | T, DECODE, 4)]
+    assert _pick(h100, 4) == (L.PPR_COPY_QUEUE_OWN, 0, 0)
+    radv = [(0, G | C | T | SPARSE, G, 1), (1, C | T | SPARSE, C | T, 4), (2, DECODE, DECODE, 1)]
+    assert _pick(radv, 0) == (L.PPR_COPY_QUEUE_OWN, 0, 0)
+    # another compute family FFmpeg submits transfers to comes after one it leaves alone
+    busy = [(1, C | T, C, 4), (2, C | T, T, 2), (0, G | C | T, G, 1)]
+    assert _pick(busy, 0) == (L.PPR_COPY_QUEUE_OWN, 0, 0)
+    assert _pick(busy[:2], 0) == (L.PPR_COPY_QUEUE_OWN, 2, 1)
+    # one family: the decoder's; a queue of it the decoder does not take, if any
+    one = [(0, G | C | T | SPARSE, G | C | T, 8)]
+    assert _pick(one, 4) == (L.PPR_COPY_QUEUE_DECODER_FAMILY, 0, 7)
+    assert _pick(one, 0) == (L.PPR_COPY_QUEUE_DECODER, 0, 7)
+    assert _pick(one, 8) == (L.PPR_COPY_QUEUE_DECODER, 0, 7)
+    assert _pick([(0, G | C | T, G | C | T, 1)], 4) == (L.PPR_COPY_QUEUE_DECODER, 0, 0)
+    # a family listed twice (a caller's device context): still the decoder's
+    assert _pick([(0, G | C | T, C, 2), (0, G | C | T, G, 2)], 1) == (L.PPR_COPY_QUEUE_DECODER_FAMILY, 0, 1)
+    assert _pick([(1, T, T, 2)], 0)[0] == L.PPR_ENODEVICE
+
+
+def test_copier_takes_the_queue_its_device_gives(paths):
+    """On this machine's device: the copier's queue is what ppr_copy_queue_pick
+    gives for the device context's families, on a family that can compute, and
+    off the decoder's family (the first with the compute role) when it says so."""
+    L, ffi = native.lib, native.ffi
+    s, ptr, _ = _session_with_frame(paths["hq422"])
+    cp = ffi.gc(L.ppr_copier_new(ptr), L.ppr_copier_free)
+    assert cp != ffi.NULL
+    dq = ffi.new("int *")
+    nb = L.ppr_copier_families(cp, ffi.NULL, 0, dq)
+    assert nb >= 1 and L.ppr_copier_families(ffi.NULL, ffi.NULL, 0, dq) == -1
+    arr = ffi.new("ppr_queue_family[]", nb)
+    assert L.ppr_copier_families(cp, arr, nb, dq) == nb
+    families = [(f.index, f.flags, f.roles, f.queues) for f in arr]
+    fam, idx = ffi.new("uint32_t *"), ffi.new("uint32_t *")
+    where = L.ppr_copier_queue(cp, fam, idx)
+    assert (where, fam[0], idx[0]) == _pick(families, dq[0]), families
+    mine = [f for f in families if f[0] == fam[0]]
+    decoder = next(f for f in families if f[2] & C)
+    assert mine and mine[0][1] & C and idx[0] < mine[0][3], families
+    assert (fam[0] == decoder[0]) == (where != L.PPR_COPY_QUEUE_OWN), families
+    s.close()

@@ -106,15 +106,20 @@ class CudaContext:
         self.copy = how
 
     def copy_queue(self) -> dict[str, Any] | None:
-        """Where the shader copies go: ``{"family", "index", "decoder_family"}``
-        (the last True when the decoder submits to that family too), or None
-        when the device cannot run the shader copy."""
+        """Where the shader copies go: ``{"family", "index", "decoder_family",
+        "decoder_queue"}`` (``decoder_family`` True when the decoder submits to
+        that family too, ``decoder_queue`` when to that very queue, so that
+        copies wait behind decodes: the device has no other family that can
+        compute and no queue the decoder leaves alone), or None when the device
+        cannot run the shader copy."""
         L, ffi = native.lib, native.ffi
         fam, idx = ffi.new("uint32_t *"), ffi.new("uint32_t *")
-        shared = L.ppr_copier_queue(L.ppr_cuda_copier(self._ptr), fam, idx)
-        if shared < 0:
+        where = L.ppr_copier_queue(L.ppr_cuda_copier(self._ptr), fam, idx)
+        if where < 0:
             return None
-        return {"family": int(fam[0]), "index": int(idx[0]), "decoder_family": bool(shared)}
+        return {"family": int(fam[0]), "index": int(idx[0]),
+                "decoder_family": where != L.PPR_COPY_QUEUE_OWN,
+                "decoder_queue": where == L.PPR_COPY_QUEUE_DECODER}
 
     def copies(self) -> dict[str, int]:
         """The copies into CUDA memory so far: ``{"shader": n, "transfer": m}``."""
