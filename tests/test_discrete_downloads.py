@@ -55,11 +55,15 @@ def hashes(framemd5: str) -> list[str]:
     return [l.rsplit(",", 1)[-1].strip() for l in framemd5.splitlines() if l and not l.startswith("#")]
 
 
-@pytest.mark.parametrize("build", [pytest.param(None, id="7.1.5"), pytest.param(BUILD_9, id="9.0.2"),
-                                   pytest.param(BUILD_MASTER, id="master")])
+# 7.1.5 patch 30's download_nontemporal=1: the copies out of the staging buffer use
+# non-temporal stores, every size and plane layout here
+@pytest.mark.parametrize("build, opts", [pytest.param(None, "", id="7.1.5"),
+                                         pytest.param(None, ",download_nontemporal=1", id="7.1.5-nontemporal"),
+                                         pytest.param(BUILD_9, "", id="9.0.2"),
+                                         pytest.param(BUILD_MASTER, "", id="master")])
 @pytest.mark.parametrize("cpus", [4, 2])
 @pytest.mark.parametrize("name", list(CLIPS))
-def test_discrete_gpu_downloads_are_bit_exact(fake_discrete_layer, tmp_path, name, cpus, build):
+def test_discrete_gpu_downloads_are_bit_exact(fake_discrete_layer, tmp_path, name, cpus, build, opts):
     ff = build if build is not None else ffmpeg_dir_path()
     if not (ff / "bin" / "ffmpeg").is_file():
         if os.environ.get("CI"):
@@ -79,7 +83,7 @@ def test_discrete_gpu_downloads_are_bit_exact(fake_discrete_layer, tmp_path, nam
         # the layer's SPIR-V parser predates FFmpeg 9's shaders: their validation is off
         env.update(FD_NO_HOST_IMAGE_COPY="1", FD_NO_SHADER_OBJECT="1",
                    VK_LAYER_DISABLES="VK_VALIDATION_FEATURE_DISABLE_SHADERS_EXT")
-    device = "vulkan=vk:0,avoid_host_import=1" if nine else "vulkan=vk:0"
+    device = ("vulkan=vk:0,avoid_host_import=1" if nine else "vulkan=vk:0") + opts
     vk = subprocess.run([str(ffmpeg_bin), "-hide_banner", "-nostdin", "-v", "verbose", "-cpucount", str(cpus),
                          "-init_hw_device", device, "-hwaccel", "vulkan",
                          "-hwaccel_output_format", "vulkan", "-i", str(clip),
@@ -104,11 +108,13 @@ def test_discrete_gpu_downloads_are_bit_exact(fake_discrete_layer, tmp_path, nam
 
 @pytest.mark.parametrize("opts, bands", [("download_poll_us=0", True), ("download_threads=2", True),
                                          ("download_threads=2,download_poll_us=0", True),
-                                         ("download_threads=1", False)])
+                                         ("download_threads=1", False), ("download_nontemporal=1", True),
+                                         ("download_threads=1,download_nontemporal=1", False)])
 def test_download_options(fake_discrete_layer, tmp_path, opts, bands):
     """7.1.5 patch 29's device options, with 4 CPUs: the copying threads wait in the kernel at
     once (download_poll_us=0), or fewer of them copy (download_threads=2), still in bands; one
-    (download_threads=1) copies each download once it is complete, without bands. The frames
+    (download_threads=1) copies each download once it is complete, without bands; patch 30's
+    download_nontemporal=1 copies with non-temporal stores, banded or in one piece. The frames
     equal the software decoder's either way, and the validation layer stays silent."""
     ff = ffmpeg_dir_path()
     ffmpeg_bin = ff / "bin" / "ffmpeg"

@@ -321,6 +321,9 @@ def test_variants_compose(tmp_path: Path):
     argv = gl.ffmpeg_argv(b, "dt2+poll0+lq2+ft1", tmp_path / "c.mov", FMT, 0, 0, "0", 17)
     assert argv[argv.index("-init_hw_device") + 1] == "vulkan=vk:0,limit_queues=2,download_threads=2,download_poll_us=0"
     assert argv[argv.index("-filter_threads") + 1] == "1" and "-threads" not in argv and "-cpucount" not in argv
+    argv = gl.ffmpeg_argv(b, "dnt+dt2", tmp_path / "c.mov", FMT, 0, 0, "0", 17)
+    assert argv[argv.index("-init_hw_device") + 1] == "vulkan=vk:0,download_threads=2,download_nontemporal=1"
+    assert gl.Variant("dnt").env({"X": "1"}) == {"X": "1"}     # the device option, not glibc's tunable
     argv = gl.ffmpeg_argv(b, "gpu+t8", tmp_path / "c.mov", FMT, 0, 0, "0", 17)
     assert argv[argv.index("-threads") + 1] == "8" and "-vf" not in argv
     env = gl.Variant("nt+nocache").env({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2", "X": "1"})

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import KNOWN_LAYER_NOISE, REPO_ROOT, validation_messages, validation_requested
+from conftest import (FAKE_DISCRETE_LAYER, KNOWN_LAYER_NOISE, REPO_ROOT, validation_messages, validation_requested,
+                      vulkan_env)
 from pyprores.corpus.clips import Recipe
 from pyprores.corpus import parse_framemd5
 
@@ -209,16 +210,42 @@ def test_limit_queues_rejects_bad_values(run_ffmpeg, value):
 
 @pytest.mark.parametrize("opt, value", [("download_threads", "9"), ("download_threads", "-1"),
                                         ("download_threads", "2x"), ("download_poll_us", "1000001"),
-                                        ("download_poll_us", "x")])
+                                        ("download_poll_us", "x"), ("download_nontemporal", "2"),
+                                        ("download_nontemporal", "-1"), ("download_nontemporal", "on")])
 def test_download_options_reject_bad_values(run_ffmpeg, opt, value):
-    """Patch 29's device options: a value out of range or not a number fails device creation
-    with a message naming the option and its range."""
+    """Patch 29's and 30's device options: a value out of range or not a number fails device
+    creation with a message naming the option and its range."""
     res = run_ffmpeg("-hide_banner", "-nostdin", "-v", "error",
                      "-init_hw_device", f"vulkan=vk:0,{opt}={value}",
                      "-f", "lavfi", "-i", "color=s=16x16", "-frames:v", "1", "-f", "null", "-",
                      check=False, timeout=60)
     assert res.returncode != 0
     assert f"Invalid {opt} value: {value} (0 to" in res.stderr, res.stderr[-2000:]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_discrete_nontemporal_downloads(hw_clips, run_ffmpeg, fake_discrete_layer, tmp_path, name):
+    """Patch 30's download_nontemporal=1 with lavapipe reported as a discrete GPU
+    (tests/tools/vk_fake_discrete.c): every download goes through the staging buffer and is
+    copied out with non-temporal stores. Every variant (each plane layout, odd sizes, fields)
+    gives the software decoder's frames, with the validation layer silent when asked for."""
+    clip, fmt = hw_clips[name]
+    stats = tmp_path / "stats.txt"
+    env = vulkan_env(validate=True)
+    env.update(VK_ADD_LAYER_PATH=str(fake_discrete_layer), VK_INSTANCE_LAYERS=FAKE_DISCRETE_LAYER,
+               FD_STATS=str(stats))
+    out = tmp_path / "vk.framemd5"     # the validation layer writes to stdout
+    res = run_ffmpeg("-hide_banner", "-nostdin", "-v", "verbose", "-cpucount", "4",
+                     "-init_hw_device", "vulkan=vk:0,download_nontemporal=1", "-hwaccel", "vulkan",
+                     "-hwaccel_output_format", "vulkan", "-i", clip,
+                     "-vf", f"hwdownload,format={fmt}", "-f", "framemd5", out, env=env, timeout=300)
+    assert_hwaccel_ran(res.stderr)
+    assert "(discrete)" in res.stderr, res.stderr[-2000:]
+    # the staging path: the destination is not imported
+    assert re.search(r"GetMemoryHostPointerProperties 0\b", stats.read_text()), stats.read_text()
+    assert not validation_messages(res.stdout + res.stderr, KNOWN_LAYER_NOISE)
+    hw = _framemd5(subprocess.CompletedProcess([], 0, stdout=out.read_text()))
+    assert_same_frames(software(run_ffmpeg, clip, fmt), hw, VARIANTS[name].frames, name)
 
 
 def test_limit_queues_one_queue(hw_clips, run_ffmpeg):
