@@ -373,18 +373,8 @@ int ppr__cuda_create(ppr_cuda **out, AVBufferRef *device, const char *device_nam
     if ((ret = ppr__pick_queue_family(hw, &c->qf, &nb_queues)) < 0)
         goto fail;
     c->qi = nb_queues - 1;
-    c->vk.GetDeviceQueue2(c->dev, &(VkDeviceQueueInfo2) {
-        .sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_INFO_2,
-#if LIBAVUTIL_VERSION_MAJOR >= 60
-        .flags = hw->queue_flags,
-#endif
-        .queueFamilyIndex = c->qf,
-        .queueIndex = c->qi,
-    }, &c->queue);
-    if (!c->queue) {
-        ret = ppr__fail(PPR_ENODEVICE, "no queue %u of family %u", c->qi, c->qf);
+    if ((ret = ppr__get_queue(&c->vk, c->dev, hw, c->qf, c->qi, &c->queue)) < 0)
         goto fail;
-    }
 
     PPR_VKCHECK(c->vk.CreateSemaphore(c->dev, &(VkSemaphoreCreateInfo) {
                 .sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO,

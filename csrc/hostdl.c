@@ -157,6 +157,26 @@ int ppr__pick_queue_family(const AVVulkanDeviceContext *hw, uint32_t *qf, int *n
     return 0;
 }
 
+int ppr__get_queue(const host_vk *vk, VkDevice dev, const AVVulkanDeviceContext *hw,
+                   uint32_t qf, uint32_t qi, VkQueue *queue)
+{
+#if LIBAVUTIL_VERSION_MAJOR < 60
+    (void)hw;   /* FFmpeg 7.1 creates its queues without flags */
+#endif
+    *queue = VK_NULL_HANDLE;
+    vk->GetDeviceQueue2(dev, &(VkDeviceQueueInfo2) {
+        .sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_INFO_2,
+#if LIBAVUTIL_VERSION_MAJOR >= 60
+        .flags = hw->queue_flags,   /* as the queues were created */
+#endif
+        .queueFamilyIndex = qf,
+        .queueIndex = qi,
+    }, queue);
+    if (!*queue)
+        return ppr__fail(PPR_ENODEVICE, "no queue %u of family %u", qi, qf);
+    return 0;
+}
+
 void ppr__lock_queue(AVHWDeviceContext *dc, uint32_t qf, uint32_t qi, int lock)
 {
     AVVulkanDeviceContext *hw = dc->hwctx;
@@ -266,18 +286,8 @@ int ppr__host_buffer_create(ppr_host_buffer **out, AVBufferRef *device, size_t s
 
     if ((ret = ppr__vk_copy_init(&b->vk, b->dev, b->alloc, b->qf, &b->pool, &b->cmd, &b->fence)) < 0)
         goto fail;
-    b->vk.GetDeviceQueue2(b->dev, &(VkDeviceQueueInfo2) {
-        .sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_INFO_2,
-#if LIBAVUTIL_VERSION_MAJOR >= 60
-        .flags = hw->queue_flags,   /* as the queues were created */
-#endif
-        .queueFamilyIndex = b->qf,
-        .queueIndex = b->qi,
-    }, &b->queue);
-    if (!b->queue) {
-        ret = ppr__fail(PPR_ENODEVICE, "no queue %u of family %u", b->qi, b->qf);
+    if ((ret = ppr__get_queue(&b->vk, b->dev, hw, b->qf, b->qi, &b->queue)) < 0)
         goto fail;
-    }
     *out = b;
     return 0;
 
@@ -557,10 +567,11 @@ int ppr__vk_copy_submit(const ppr__vk_copy *c, AVFrame *frame, const size_t offs
     return 0;
 }
 
-int ppr__host_download_start(ppr_host_buffer *b, AVFrame *frame, const ppr_planes *out)
+/* Checks the frame and the planes, and takes the buffer for a download:
+ * on success the buffer's lock is held and *hold is the frame's holder */
+static int download_begin(ppr_host_buffer *b, const AVFrame *frame, const ppr_planes *out,
+                          size_t offset[4], AVFrame **hold)
 {
-    size_t offset[4];
-    AVFrame *hold;
     int ret;
 
     if (!frame || frame->format != AV_PIX_FMT_VULKAN || !frame->hw_frames_ctx || !frame->data[0])
@@ -570,29 +581,53 @@ int ppr__host_download_start(ppr_host_buffer *b, AVFrame *frame, const ppr_plane
     if ((ret = check_planes(b, out->count, out, offset)) < 0)
         return ret;
     /* the images must outlive the copy: the buffer holds the frame till then */
-    if (!(hold = av_frame_alloc()))
+    if (!(*hold = av_frame_alloc()))
         return ppr__fail(PPR_ENOMEM, "out of memory");
 
     pthread_mutex_lock(&b->lock);
     if (b->pending) {
         pthread_mutex_unlock(&b->lock);
-        av_frame_free(&hold);
+        av_frame_free(hold);
         return ppr__fail(PPR_EINVAL, "the host buffer has a download in progress: wait for it first");
     }
+    return 0;
+}
+
+/* After download_begin(): the copy was not submitted */
+static int download_abort(ppr_host_buffer *b, AVFrame **hold, int ret)
+{
+    pthread_mutex_unlock(&b->lock);
+    av_frame_free(hold);
+    return ret;
+}
+
+/* After download_begin(): the copy was submitted, the buffer keeps the frame */
+static void download_submitted(ppr_host_buffer *b, AVFrame *frame, AVFrame *hold, int timeline)
+{
+    av_frame_move_ref(hold, frame);
+    b->frame = hold;
+    b->pending = 1;
+    b->pending_tl = timeline;
+    if (timeline)
+        b->tl_value++;
+    pthread_mutex_unlock(&b->lock);
+}
+
+int ppr__host_download_start(ppr_host_buffer *b, AVFrame *frame, const ppr_planes *out)
+{
+    size_t offset[4];
+    AVFrame *hold;
+    int ret;
+
+    if ((ret = download_begin(b, frame, out, offset, &hold)) < 0)
+        return ret;
     ret = ppr__vk_copy_submit(&(ppr__vk_copy) {
             .vk = &b->vk, .dev = b->dev, .queue = b->queue, .qf = b->qf, .qi = b->qi,
             .pool = b->pool, .cmd = b->cmd, .fence = b->fence, .buf = b->buf, .to_host = 1,
         }, frame, offset, out);
-    if (ret < 0) {
-        pthread_mutex_unlock(&b->lock);
-        av_frame_free(&hold);
-        return ret;
-    }
-    av_frame_move_ref(hold, frame);
-    b->frame = hold;
-    b->pending = 1;
-    b->pending_tl = 0;
-    pthread_mutex_unlock(&b->lock);
+    if (ret < 0)
+        return download_abort(b, &hold, ret);
+    download_submitted(b, frame, hold, 0);
     return 0;
 }
 
@@ -603,19 +638,8 @@ int ppr__host_download_shader(ppr_host_buffer *b, ppr_copier *cp, AVFrame *frame
     AVFrame *hold;
     int ret;
 
-    if (!frame || frame->format != AV_PIX_FMT_VULKAN || !frame->hw_frames_ctx || !frame->data[0])
-        return ppr__fail(PPR_EINVAL, "not a Vulkan frame");
-    if ((ret = check_planes(b, out->count, out, offset)) < 0)
+    if ((ret = download_begin(b, frame, out, offset, &hold)) < 0)
         return ret;
-    if (!(hold = av_frame_alloc()))
-        return ppr__fail(PPR_ENOMEM, "out of memory");
-
-    pthread_mutex_lock(&b->lock);
-    if (b->pending) {
-        pthread_mutex_unlock(&b->lock);
-        av_frame_free(&hold);
-        return ppr__fail(PPR_EINVAL, "the host buffer has a download in progress: wait for it first");
-    }
     /* the copy signals a timeline of the buffer's own, not its fence: a
      * copier may submit on a thread of its own, which must not race a waiter
      * on the same fence */
@@ -628,27 +652,19 @@ int ppr__host_download_shader(ppr_host_buffer *b, ppr_copier *cp, AVFrame *frame
                        },
                    }, b->alloc, &b->tl) != VK_SUCCESS)) {
         b->tl = VK_NULL_HANDLE;
-        pthread_mutex_unlock(&b->lock);
-        av_frame_free(&hold);
-        return ppr__fail(PPR_ENODEVICE, "could not make the host buffer's timeline semaphore");
+        return download_abort(b, &hold, ppr__fail(PPR_ENODEVICE,
+                              "could not make the host buffer's timeline semaphore"));
     }
     ret = ppr__copier_submit(cp, frame, offset, out, &(ppr__copy_dst) {
             .buf = b->buf, .size = b->size, .to_host = 1,
             .signal = b->tl, .signal_value = b->tl_value + 1,
         });
-    if (ret) {
-        pthread_mutex_unlock(&b->lock);
-        av_frame_free(&hold);
-        return ret < 0 ? ret : ppr__fail(PPR_EINVAL, "the shader copy does not take this frame "
-                                         "or layout (one R16 image per plane, rows unpadded, "
-                                         "planes on 4-byte boundaries with room for their "
-                                         "last 32-bit word)");
-    }
-    av_frame_move_ref(hold, frame);
-    b->frame = hold;
-    b->pending = 1;
-    b->pending_tl = 1;
-    b->tl_value++;
-    pthread_mutex_unlock(&b->lock);
+    if (ret)
+        return download_abort(b, &hold, ret < 0 ? ret :
+                              ppr__fail(PPR_EINVAL, "the shader copy does not take this frame "
+                                        "or layout (one R16 image per plane, rows unpadded, "
+                                        "planes on 4-byte boundaries with room for their "
+                                        "last 32-bit word)"));
+    download_submitted(b, frame, hold, 1);
     return 0;
 }

@@ -462,18 +462,8 @@ int ppr__copier_create(ppr_copier **out, AVBufferRef *device,
         (ret = ppr_copy_queue_pick(cp->fam, cp->nb_fam, DECODER_QUEUES, &cp->qf, &cp->qi)) < 0)
         goto fail;
     cp->where = ret;
-    cp->vk.GetDeviceQueue2(cp->dev, &(VkDeviceQueueInfo2) {
-        .sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_INFO_2,
-#if LIBAVUTIL_VERSION_MAJOR >= 60
-        .flags = hw->queue_flags,
-#endif
-        .queueFamilyIndex = cp->qf,
-        .queueIndex = cp->qi,
-    }, &cp->queue);
-    if (!cp->queue) {
-        ret = ppr__fail(PPR_ENODEVICE, "no queue %u of family %u", cp->qi, cp->qf);
+    if ((ret = ppr__get_queue(&cp->vk, cp->dev, hw, cp->qf, cp->qi, &cp->queue)) < 0)
         goto fail;
-    }
 
     for (i = 0; i < 5; i++)
         bind[i] = (VkDescriptorSetLayoutBinding) {

@@ -82,6 +82,10 @@ int ppr__vk_load(host_vk *f, const AVVulkanDeviceContext *hw);
 /* The queue family copies go to (a copy engine where there is one), and its queue count. */
 int ppr__pick_queue_family(const AVVulkanDeviceContext *hw, uint32_t *qf, int *nb);
 
+/* Queue qi of family qf, as FFmpeg created it: 0, or PPR_ENODEVICE. */
+int ppr__get_queue(const host_vk *vk, VkDevice dev, const AVVulkanDeviceContext *hw,
+                   uint32_t qf, uint32_t qi, VkQueue *queue);
+
 /* hwcontext_vulkan's queue lock (FFmpeg 7.1; FFmpeg 9 locks internally). */
 void ppr__lock_queue(AVHWDeviceContext *dc, uint32_t qf, uint32_t qi, int lock);
 
