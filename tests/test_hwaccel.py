@@ -196,14 +196,19 @@ def test_threads_4(hw_clips, run_ffmpeg, name):
     assert_same_frames(software(run_ffmpeg, clip, fmt), _framemd5(res), VARIANTS[name].frames, name)
 
 
+def _create_device_with(run_ffmpeg, option):
+    """ffmpeg creating a Vulkan device with one device option, then one frame of lavfi."""
+    return run_ffmpeg("-hide_banner", "-nostdin", "-v", "error",
+                      "-init_hw_device", f"vulkan=vk:0,{option}",
+                      "-f", "lavfi", "-i", "color=s=16x16", "-frames:v", "1", "-f", "null", "-",
+                      check=False, timeout=60)
+
+
 @pytest.mark.parametrize("value", ["x", "-1", "4x", "99999999999"])
 def test_limit_queues_rejects_bad_values(run_ffmpeg, value):
     """Patch 15's device option: a value that is not a count fails device creation
     with a message naming the option, instead of being read as 0 (no limit)."""
-    res = run_ffmpeg("-hide_banner", "-nostdin", "-v", "error",
-                     "-init_hw_device", f"vulkan=vk:0,limit_queues={value}",
-                     "-f", "lavfi", "-i", "color=s=16x16", "-frames:v", "1", "-f", "null", "-",
-                     check=False, timeout=60)
+    res = _create_device_with(run_ffmpeg, f"limit_queues={value}")
     assert res.returncode != 0
     assert f"Invalid limit_queues value: {value}" in res.stderr, res.stderr[-2000:]
 
@@ -215,10 +220,7 @@ def test_limit_queues_rejects_bad_values(run_ffmpeg, value):
 def test_download_options_reject_bad_values(run_ffmpeg, opt, value):
     """Patch 29's and 30's device options: a value out of range or not a number fails device
     creation with a message naming the option and its range."""
-    res = run_ffmpeg("-hide_banner", "-nostdin", "-v", "error",
-                     "-init_hw_device", f"vulkan=vk:0,{opt}={value}",
-                     "-f", "lavfi", "-i", "color=s=16x16", "-frames:v", "1", "-f", "null", "-",
-                     check=False, timeout=60)
+    res = _create_device_with(run_ffmpeg, f"{opt}={value}")
     assert res.returncode != 0
     assert f"Invalid {opt} value: {value} (0 to" in res.stderr, res.stderr[-2000:]
 
