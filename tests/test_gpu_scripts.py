@@ -123,6 +123,20 @@ def test_dry_run_load_and_soak_steps(pack: Path, tmp_path: Path):
     assert "split the steps over several calls" in res.stdout      # 480 + 330 s: two calls
 
 
+def test_dry_run_soak_variants(pack: Path, tmp_path: Path):
+    """--soak-variants plans one more soak process per variant, each with its own environment."""
+    out = tmp_path / "out"
+    res = gpu_run("--pack", str(pack), "--dry-run", "--clips", "4k-422hq", "--soak-variants",
+                  "mmap1m:MALLOC_MMAP_THRESHOLD_=1048576;arena1:MALLOC_ARENA_MAX=1,MALLOC_TOP_PAD_=0",
+                  "soak@ff10", out=out)
+    assert res.returncode == 0, res.stderr
+    assert (f"at the same time: soak --ffmpeg ff10-mmap1m={pack}/ff10 ... --json {out}/soak-ff10-mmap1m.json "
+            "--env MALLOC_MMAP_THRESHOLD_=1048576") in res.stdout
+    assert f"--json {out}/soak-ff10-arena1.json --env MALLOC_ARENA_MAX=1,MALLOC_TOP_PAD_=0" in res.stdout
+    bad = gpu_run("--pack", str(pack), "--dry-run", "--soak-variants", "x:=1", "soak@ff10")
+    assert bad.returncode == 2 and "--soak-variants takes NAME:VAR=VALUE" in bad.stderr
+
+
 def test_dry_run_refusals_step(pack: Path):
     """Issue 35: the refusal streams through several builds in one run, the
     first one's software decoder the reference."""
