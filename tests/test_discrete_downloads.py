@@ -55,10 +55,10 @@ def hashes(framemd5: str) -> list[str]:
     return [l.rsplit(",", 1)[-1].strip() for l in framemd5.splitlines() if l and not l.startswith("#")]
 
 
-# 7.1.5 patch 30's download_nontemporal=1: the copies out of the staging buffer use
-# non-temporal stores, every size and plane layout here
+# 7.1.5: the copies out of the staging buffer use non-temporal stores (patch 30's default),
+# or memcpy() with download_nontemporal=0, every size and plane layout here
 @pytest.mark.parametrize("build, opts", [pytest.param(None, "", id="7.1.5"),
-                                         pytest.param(None, ",download_nontemporal=1", id="7.1.5-nontemporal"),
+                                         pytest.param(None, ",download_nontemporal=0", id="7.1.5-memcpy"),
                                          pytest.param(BUILD_9, "", id="9.0.2"),
                                          pytest.param(BUILD_MASTER, "", id="master")])
 @pytest.mark.parametrize("cpus", [4, 2])
@@ -108,13 +108,15 @@ def test_discrete_gpu_downloads_are_bit_exact(fake_discrete_layer, tmp_path, nam
 
 @pytest.mark.parametrize("opts, bands", [("download_poll_us=0", True), ("download_threads=2", True),
                                          ("download_threads=2,download_poll_us=0", True),
-                                         ("download_threads=1", False), ("download_nontemporal=1", True),
-                                         ("download_threads=1,download_nontemporal=1", False)])
+                                         ("download_threads=1", False), ("download_nontemporal=0", True),
+                                         ("download_threads=1,download_nontemporal=0", False),
+                                         ("download_nontemporal=1", True)])
 def test_download_options(fake_discrete_layer, tmp_path, opts, bands):
     """7.1.5 patch 29's device options, with 4 CPUs: the copying threads wait in the kernel at
     once (download_poll_us=0), or fewer of them copy (download_threads=2), still in bands; one
     (download_threads=1) copies each download once it is complete, without bands; patch 30's
-    download_nontemporal=1 copies with non-temporal stores, banded or in one piece. The frames
+    download_nontemporal=0 copies with memcpy() instead of its default non-temporal stores,
+    banded or in one piece, and =1 asks for that default explicitly. The frames
     equal the software decoder's either way, and the validation layer stays silent."""
     ff = ffmpeg_dir_path()
     ffmpeg_bin = ff / "bin" / "ffmpeg"

@@ -324,6 +324,16 @@ def test_variants_compose(tmp_path: Path):
     argv = gl.ffmpeg_argv(b, "dnt+dt2", tmp_path / "c.mov", FMT, 0, 0, "0", 17)
     assert argv[argv.index("-init_hw_device") + 1] == "vulkan=vk:0,download_threads=2,download_nontemporal=1"
     assert gl.Variant("dnt").env({"X": "1"}) == {"X": "1"}     # the device option, not glibc's tunable
+    # dnt0: patch 30's option off (its default is 1), with glibc's tunable or not
+    argv = gl.ffmpeg_argv(b, "dnt0+nt", tmp_path / "c.mov", FMT, 0, 0, "0", 17)
+    assert argv[argv.index("-init_hw_device") + 1] == "vulkan=vk:0,download_nontemporal=0"
+    assert "GLIBC_TUNABLES" in gl.Variant("dnt0+nt").env({}) and gl.Variant("dnt0").env({}) == {}
+    argv = gl.ffmpeg_argv(b, "dl", tmp_path / "c.mov", FMT, 0, 0, "0", 17)
+    assert argv[argv.index("-init_hw_device") + 1] == "vulkan=vk:0"     # the build's default
+    with pytest.raises(gl.UsageError, match="given twice"):
+        gl.Variant("dnt+dnt0")
+    with pytest.raises(gl.UsageError, match="unknown variant 'dnt2'"):
+        gl.Variant("dnt2")
     argv = gl.ffmpeg_argv(b, "gpu+t8", tmp_path / "c.mov", FMT, 0, 0, "0", 17)
     assert argv[argv.index("-threads") + 1] == "8" and "-vf" not in argv
     env = gl.Variant("nt+nocache").env({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2", "X": "1"})

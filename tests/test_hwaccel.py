@@ -227,10 +227,11 @@ def test_download_options_reject_bad_values(run_ffmpeg, opt, value):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_discrete_nontemporal_downloads(hw_clips, run_ffmpeg, fake_discrete_layer, tmp_path, name):
-    """Patch 30's download_nontemporal=1 with lavapipe reported as a discrete GPU
-    (tests/tools/vk_fake_discrete.c): every download goes through the staging buffer and is
-    copied out with non-temporal stores. Every variant (each plane layout, odd sizes, fields)
-    gives the software decoder's frames, with the validation layer silent when asked for."""
+    """Patch 30's default (download_nontemporal not given, 1) with lavapipe reported as a
+    discrete GPU (tests/tools/vk_fake_discrete.c): every download goes through the staging
+    buffer and is copied out with non-temporal stores. Every variant (each plane layout, odd
+    sizes, fields) gives the software decoder's frames, with the validation layer silent when
+    asked for. tests/test_discrete_downloads.py covers download_nontemporal=0 and =1."""
     clip, fmt = hw_clips[name]
     stats = tmp_path / "stats.txt"
     env = vulkan_env(validate=True)
@@ -238,7 +239,7 @@ def test_discrete_nontemporal_downloads(hw_clips, run_ffmpeg, fake_discrete_laye
                FD_STATS=str(stats))
     out = tmp_path / "vk.framemd5"     # the validation layer writes to stdout
     res = run_ffmpeg("-hide_banner", "-nostdin", "-v", "verbose", "-cpucount", "4",
-                     "-init_hw_device", "vulkan=vk:0,download_nontemporal=1", "-hwaccel", "vulkan",
+                     "-init_hw_device", "vulkan=vk:0", "-hwaccel", "vulkan",
                      "-hwaccel_output_format", "vulkan", "-i", clip,
                      "-vf", f"hwdownload,format={fmt}", "-f", "framemd5", out, env=env, timeout=300)
     assert_hwaccel_ran(res.stderr)
