@@ -67,7 +67,6 @@ enum {
     CU_AD_FORMAT_UNSIGNED_INT16 = 2,
     CU_MEMORYTYPE_DEVICE = 2,
     CU_MEMORYTYPE_ARRAY = 3,
-    CUDA_ERROR_NOT_READY = 600,
 };
 
 typedef struct {                        /* CUDA_ARRAY3D_DESCRIPTOR */
