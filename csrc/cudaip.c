@@ -175,6 +175,7 @@ typedef struct cuda_fns {
     CUresult (*MipmappedArrayGetLevel)(CUarray *, CUmipmappedArray, unsigned);
     CUresult (*MipmappedArrayDestroy)(CUmipmappedArray);
     CUresult (*Memcpy2DAsync)(const cu_memcpy2d *, CUstream);
+    CUresult (*EventElapsedTime)(float *, CUevent, CUevent);
 } cuda_fns;
 
 static cuda_fns g_cu;
@@ -216,6 +217,7 @@ static void cuda_load(void)
         SYM(MipmappedArrayGetLevel, "cuMipmappedArrayGetLevel", NULL),
         SYM(MipmappedArrayDestroy, "cuMipmappedArrayDestroy", NULL),
         SYM(Memcpy2DAsync, "cuMemcpy2DAsync_v2", "cuMemcpy2DAsync"),
+        SYM(EventElapsedTime, "cuEventElapsedTime", NULL),
 #undef SYM
     };
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -311,6 +313,8 @@ struct ppr_cuda {
     PFN_vkGetImageMemoryRequirements2 get_image_req;
     PFN_vkGetPhysicalDeviceImageFormatProperties2 get_format_props;
     uint64_t n_cuda;
+    int gpu_time;                   /* PYPRORES_COPY_GPU_TIME=1: CUDA's copies timed too */
+    uint64_t cu_gpu_ns, cu_gpu_copies;  /* under lock */
     VkSemaphore ready;              /* exported timeline semaphore: copies signal it */
     uint64_t ready_value;           /* the last value a copy was submitted to signal */
     CUexternalSemaphore cu_ready;
@@ -337,6 +341,8 @@ struct ppr_cuda_buffer {
     uint64_t ready_value;           /* the value of c->ready its copy signals */
     int via_cuda;                   /* the last copy was CUDA's own (c->stream, `copied`) */
     CUevent copied;                 /* recorded on c->stream after a CUDA copy */
+    CUevent copy_start;             /* and before it (PYPRORES_COPY_GPU_TIME=1) */
+    int timed;                      /* the pending CUDA copy has both events */
     uint64_t gen;                   /* copies into it so far */
     uint64_t legacy_waited;         /* the copy (gen) CUDA's legacy stream was made to wait for */
     CUevent events[MAX_EVENTS];     /* recorded by tensors' deleters, waited for by the next copy */
@@ -477,6 +483,10 @@ int ppr__cuda_create(ppr_cuda **out, AVBufferRef *device, const char *device_nam
     }
 
     /* for PPR_COPY_CUDA (without them, frames go to the shader copy) */
+    {
+        const char *env = getenv("PYPRORES_COPY_GPU_TIME");
+        c->gpu_time = env && !strcmp(env, "1");
+    }
     c->get_image_req = (PFN_vkGetImageMemoryRequirements2)
         c->vk.GetDeviceProcAddr(c->dev, "vkGetImageMemoryRequirements2");
     c->get_format_props = (PFN_vkGetPhysicalDeviceImageFormatProperties2)
@@ -661,6 +671,20 @@ void ppr_cuda_close(ppr_cuda *c)
     cuda_unref(c);
 }
 
+/* b's CUDA copy ended: its GPU time, when timed; c->ctx current, b->lock held. */
+static void cuda_copy_ended(ppr_cuda_buffer *b)
+{
+    float ms = 0;
+
+    if (b->timed && !g_cu.EventElapsedTime(&ms, b->copy_start, b->copied)) {
+        pthread_mutex_lock(&b->c->lock);
+        b->c->cu_gpu_ns += (uint64_t)((double)ms * 1e6);
+        b->c->cu_gpu_copies++;
+        pthread_mutex_unlock(&b->c->lock);
+    }
+    b->timed = 0;
+}
+
 /* Wait for the buffer's copy and for CUDA work queued before its tensors were
  * dropped; b->lock held. */
 static int buffer_idle(ppr_cuda_buffer *b)
@@ -672,7 +696,8 @@ static int buffer_idle(ppr_cuda_buffer *b)
     if (b->pending && b->via_cuda) {    /* CUDA's own copy: its event */
         CUresult cr = g_cu.CtxPushCurrent(b->c->ctx);
         if (!cr) {
-            cr = g_cu.EventSynchronize(b->copied);
+            if (!(cr = g_cu.EventSynchronize(b->copied)))
+                cuda_copy_ended(b);
             g_cu.CtxPopCurrent(&old);
         }
         b->pending = 0;     /* even on an error: nothing better to wait for */
@@ -723,6 +748,8 @@ static void buffer_destroy(ppr_cuda_buffer *b)
             g_cu.EventDestroy(b->events[i]);
         if (b->copied)
             g_cu.EventDestroy(b->copied);
+        if (b->copy_start)
+            g_cu.EventDestroy(b->copy_start);
         if (b->ptr)
             g_cu.MemFree(b->ptr);
         if (b->ext)
@@ -1106,8 +1133,13 @@ static int cuda_copy_submit(ppr_cuda_buffer *b, AVFrame *frame, const size_t off
                             out->plane[i].width, out->plane[i].height, im->w[i], im->h[i]);
             goto done;
         }
-    if (!b->copied && (r = g_cu.EventCreate(&b->copied, CU_EVENT_DISABLE_TIMING))) {
+    if (!b->copied && (r = g_cu.EventCreate(&b->copied, c->gpu_time ? 0 : CU_EVENT_DISABLE_TIMING))) {
         b->copied = NULL;
+        ret = cu_fail(r, "cuEventCreate");
+        goto done;
+    }
+    if (c->gpu_time && !b->copy_start && (r = g_cu.EventCreate(&b->copy_start, 0))) {
+        b->copy_start = NULL;
         ret = cu_fail(r, "cuEventCreate");
         goto done;
     }
@@ -1122,6 +1154,8 @@ static int cuda_copy_submit(ppr_cuda_buffer *b, AVFrame *frame, const size_t off
         ret = cu_fail(r, "cuWaitExternalSemaphoresAsync (the decoder's images)");
         goto done;
     }
+    /* timed: from the end of the wait (the decode) to the end of the copy */
+    b->timed = c->gpu_time && !g_cu.EventRecord(b->copy_start, c->stream);
     for (i = 0; i < nb; i++) {
         const ppr_plane *p = &out->plane[i];
         cu_memcpy2d m = {
@@ -1546,6 +1580,12 @@ static void pump_copies(ppr_pump *p)
     else if (p->sink == PPR_PUMP_HOST)
         p->mine.transfer_copies = p->mine.frames;
     ppr__copier_gpu_time(cp, &p->mine.copy_gpu_ns, &p->mine.copies_gpu_timed);
+    if (p->c) {                 /* and CUDA's own copies, timed by its events */
+        pthread_mutex_lock(&p->c->lock);
+        p->mine.copy_gpu_ns += p->c->cu_gpu_ns;
+        p->mine.copies_gpu_timed += p->c->cu_gpu_copies;
+        pthread_mutex_unlock(&p->c->lock);
+    }
 }
 
 /* Queue an entry for the caller, waiting for room: 0, or -1 when stopping
@@ -1604,6 +1644,8 @@ static void buffer_poll(ppr_cuda_buffer *b)
     if (b->pending && b->via_cuda) {
         if (!g_cu.CtxPushCurrent(b->c->ctx)) {
             done = g_cu.EventQuery(b->copied) == 0;     /* CUDA_SUCCESS: it ended */
+            if (done)
+                cuda_copy_ended(b);
             g_cu.CtxPopCurrent(&old);
         }
     } else if (b->pending) {
