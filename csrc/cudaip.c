@@ -693,17 +693,28 @@ static int buffer_idle(ppr_cuda_buffer *b)
     VkResult r;
     int i, ret = 0;
 
-    if (b->pending && b->via_cuda) {    /* CUDA's own copy: its event */
+    if (b->pending && b->via_cuda) {    /* CUDA's own copy: its event, 60 s at most */
         CUresult cr = g_cu.CtxPushCurrent(b->c->ctx);
+        struct timespec t0, t;
+        int late = 0;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         if (!cr) {
-            if (!(cr = g_cu.EventSynchronize(b->copied)))
+            while ((cr = g_cu.EventQuery(b->copied)) == 600 /* CUDA_ERROR_NOT_READY */ && !late) {
+                usleep(20);
+                clock_gettime(CLOCK_MONOTONIC, &t);
+                late = t.tv_sec - t0.tv_sec > 60;
+            }
+            if (!cr)
                 cuda_copy_ended(b);
             g_cu.CtxPopCurrent(&old);
         }
         b->pending = 0;     /* even on an error: nothing better to wait for */
         av_frame_free(&b->frame);
+        if (late)
+            return ppr__fail(PPR_EDECODE, "a CUDA copy of the decoder's images did not end in 60 s "
+                             "(its wait for their timeline semaphores, or the copy, hangs)");
         if (cr)
-            return cu_fail(cr, "waiting for a CUDA copy (cuEventSynchronize)");
+            return cu_fail(cr, "waiting for a CUDA copy (cuEventQuery)");
     }
     if (b->pending) {
         /* the exported timeline at the copy's value, whichever queue copied */
