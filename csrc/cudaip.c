@@ -36,6 +36,8 @@
 #include <libavutil/frame.h>
 #include <libavutil/hwcontext.h>
 #include <libavutil/hwcontext_vulkan.h>
+#include <libavutil/log.h>
+#include <libavutil/pixdesc.h>
 
 #include "internal.h"
 #include "vkcopy.h"
@@ -52,6 +54,8 @@ typedef struct CUevent_st *CUevent;
 typedef struct CUextMemory_st *CUexternalMemory;
 typedef struct CUextSemaphore_st *CUexternalSemaphore;
 typedef unsigned long long CUdeviceptr;
+typedef struct CUmipmappedArray_st *CUmipmappedArray;
+typedef struct CUarray_st *CUarray;
 typedef struct { char bytes[16]; } CUuuid;
 
 enum {
@@ -59,7 +63,41 @@ enum {
     CUDA_EXTERNAL_MEMORY_DEDICATED = 1,
     CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD = 9,
     CU_EVENT_DISABLE_TIMING = 2,
+    CU_STREAM_NON_BLOCKING = 1,
+    CU_AD_FORMAT_UNSIGNED_INT16 = 2,
+    CU_MEMORYTYPE_DEVICE = 2,
+    CU_MEMORYTYPE_ARRAY = 3,
 };
+
+typedef struct {                        /* CUDA_ARRAY3D_DESCRIPTOR */
+    size_t Width, Height, Depth;
+    int Format;                         /* CUarray_format */
+    unsigned int NumChannels;
+    unsigned int Flags;
+} cu_array3d_desc;
+
+typedef struct {                        /* CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC */
+    unsigned long long offset;
+    cu_array3d_desc arrayDesc;
+    unsigned int numLevels;
+    unsigned int reserved[16];
+} cu_ext_mem_mipmap_desc;
+
+typedef struct {                        /* CUDA_MEMCPY2D */
+    size_t srcXInBytes, srcY;
+    int srcMemoryType;                  /* CUmemorytype */
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    CUarray srcArray;
+    size_t srcPitch;
+    size_t dstXInBytes, dstY;
+    int dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    CUarray dstArray;
+    size_t dstPitch;
+    size_t WidthInBytes, Height;
+} cu_memcpy2d;
 
 typedef struct {
     int type;
@@ -128,6 +166,16 @@ typedef struct cuda_fns {
     CUresult (*EventQuery)(CUevent);
     CUresult (*EventDestroy)(CUevent);
     CUresult (*StreamSynchronize)(CUstream);
+    /* the copy from the decoder's own images (PPR_COPY_CUDA) */
+    CUresult (*StreamCreate)(CUstream *, unsigned);
+    CUresult (*StreamDestroy)(CUstream);
+    CUresult (*StreamWaitEvent)(CUstream, CUevent, unsigned);
+    CUresult (*ExternalMemoryGetMappedMipmappedArray)(CUmipmappedArray *, CUexternalMemory,
+                                                      const cu_ext_mem_mipmap_desc *);
+    CUresult (*MipmappedArrayGetLevel)(CUarray *, CUmipmappedArray, unsigned);
+    CUresult (*MipmappedArrayDestroy)(CUmipmappedArray);
+    CUresult (*Memcpy2DAsync)(const cu_memcpy2d *, CUstream);
+    CUresult (*EventElapsedTime)(float *, CUevent, CUevent);
 } cuda_fns;
 
 static cuda_fns g_cu;
@@ -162,6 +210,14 @@ static void cuda_load(void)
         SYM(EventQuery, "cuEventQuery", NULL),
         SYM(EventDestroy, "cuEventDestroy_v2", "cuEventDestroy"),
         SYM(StreamSynchronize, "cuStreamSynchronize", NULL),
+        SYM(StreamCreate, "cuStreamCreate", NULL),
+        SYM(StreamDestroy, "cuStreamDestroy_v2", "cuStreamDestroy"),
+        SYM(StreamWaitEvent, "cuStreamWaitEvent", NULL),
+        SYM(ExternalMemoryGetMappedMipmappedArray, "cuExternalMemoryGetMappedMipmappedArray", NULL),
+        SYM(MipmappedArrayGetLevel, "cuMipmappedArrayGetLevel", NULL),
+        SYM(MipmappedArrayDestroy, "cuMipmappedArrayDestroy", NULL),
+        SYM(Memcpy2DAsync, "cuMemcpy2DAsync_v2", "cuMemcpy2DAsync"),
+        SYM(EventElapsedTime, "cuEventElapsedTime", NULL),
 #undef SYM
     };
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -212,6 +268,23 @@ static int cu_fail(CUresult r, const char *what)
 /* ------------------------------------------------------------------------ */
 
 #define MAX_EVENTS 16
+#define MAX_IMPORTS 96          /* the decoder's images imported into CUDA, kept */
+
+/* One of the decoder's frames (a pool image set of its frames context) as
+ * CUDA sees it: each plane's memory imported and mapped as a CUDA array, and
+ * its timeline semaphore imported. Made once per AVVkFrame: the frames
+ * context's pool keeps its frames until the context goes, which the cache
+ * holds a reference to (imp_frames). */
+typedef struct cuda_image {
+    const AVVkFrame *vkf;
+    VkDeviceMemory mem[4];          /* with vkf: the key */
+    int nb;
+    uint32_t w[4], h[4];            /* each plane's image extent */
+    CUexternalMemory ext[4];
+    CUmipmappedArray mma[4];
+    CUarray arr[4];
+    CUexternalSemaphore sem[4];
+} cuda_image;
 
 struct ppr_cuda {
     int refs;                       /* the opener's and each buffer's (__atomic) */
@@ -227,9 +300,21 @@ struct ppr_cuda {
     VkQueue queue;                  /* the transfer queue (PPR_COPY_TRANSFER) */
     ppr_copier *sh;                 /* the shader copy's (PPR_COPY_SHADER), or NULL */
     char sh_err[PPR_MSG_SIZE];      /* why there is none */
-    int copy;                       /* PPR_COPY_SHADER(_ASYNC) or PPR_COPY_TRANSFER */
+    int copy;                       /* PPR_COPY_SHADER(_ASYNC), _TRANSFER or _CUDA */
     int last_shader;                /* the last copy went to the copier's queue */
     uint64_t n_shader, n_transfer;  /* copies so far */
+    /* PPR_COPY_CUDA: CUDA copies from the decoder's images, on a stream of ours */
+    pthread_mutex_t imp_lock;       /* the fields below */
+    CUstream stream;
+    AVBufferRef *imp_frames;        /* the frames context the imports belong to */
+    cuda_image imp[MAX_IMPORTS];
+    int nb_imp;
+    char cu_fallback[PPR_MSG_SIZE]; /* why frames go to the shader copy instead ("": none) */
+    PFN_vkGetImageMemoryRequirements2 get_image_req;
+    PFN_vkGetPhysicalDeviceImageFormatProperties2 get_format_props;
+    uint64_t n_cuda;
+    int gpu_time;                   /* PYPRORES_COPY_GPU_TIME=1: CUDA's copies timed too */
+    uint64_t cu_gpu_ns, cu_gpu_copies;  /* under lock */
     VkSemaphore ready;              /* exported timeline semaphore: copies signal it */
     uint64_t ready_value;           /* the last value a copy was submitted to signal */
     CUexternalSemaphore cu_ready;
@@ -254,12 +339,55 @@ struct ppr_cuda_buffer {
     int pending;                    /* a copy submitted, its fence not waited for */
     AVFrame *frame;                 /* the copied frame, held until its copy ended */
     uint64_t ready_value;           /* the value of c->ready its copy signals */
-    uint64_t legacy_waited;         /* the value CUDA's legacy stream was made to wait for */
+    int via_cuda;                   /* the last copy was CUDA's own (c->stream, `copied`) */
+    CUevent copied;                 /* recorded on c->stream after a CUDA copy */
+    CUevent copy_start;             /* and before it (PYPRORES_COPY_GPU_TIME=1) */
+    int timed;                      /* the pending CUDA copy has both events */
+    uint64_t gen;                   /* copies into it so far */
+    uint64_t legacy_waited;         /* the copy (gen) CUDA's legacy stream was made to wait for */
     CUevent events[MAX_EVENTS];     /* recorded by tensors' deleters, waited for by the next copy */
     int nb_events, nb_recorded;
 };
 
 static int g_cuda_buffers_live;     /* __atomic */
+
+/* Destroy an image's CUDA objects; c->ctx current. */
+static void image_destroy(cuda_image *im)
+{
+    int i;
+    for (i = 0; i < 4; i++) {
+        if (im->sem[i])
+            g_cu.DestroyExternalSemaphore(im->sem[i]);
+        if (im->mma[i])
+            g_cu.MipmappedArrayDestroy(im->mma[i]);
+        if (im->ext[i])
+            g_cu.DestroyExternalMemory(im->ext[i]);
+    }
+    memset(im, 0, sizeof(*im));
+}
+
+/* Let go of the decoder's images imported into CUDA, once the copies that
+ * read them ended, and of their frames context; c->imp_lock held. */
+static void imports_clear(ppr_cuda *c)
+{
+    CUcontext old;
+    int i;
+
+    if (c->nb_imp && !g_cu.CtxPushCurrent(c->ctx)) {
+        if (c->stream)
+            g_cu.StreamSynchronize(c->stream);
+        for (i = 0; i < c->nb_imp; i++)
+            image_destroy(&c->imp[i]);
+        g_cu.CtxPopCurrent(&old);
+    }
+    c->nb_imp = 0;
+}
+
+static void imports_flush(ppr_cuda *c)
+{
+    imports_clear(c);
+    av_buffer_unref(&c->imp_frames);
+}
 
 static void cuda_unref(ppr_cuda *c)
 {
@@ -267,6 +395,12 @@ static void cuda_unref(ppr_cuda *c)
     if (!c || __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL))
         return;
     ppr__copier_free(c->sh);        /* waits for its copies */
+    imports_flush(c);
+    if (c->stream && !g_cu.CtxPushCurrent(c->ctx)) {
+        g_cu.StreamSynchronize(c->stream);
+        g_cu.StreamDestroy(c->stream);
+        g_cu.CtxPopCurrent(&old);
+    }
     if (c->cu_ready && !g_cu.CtxPushCurrent(c->ctx)) {
         g_cu.DestroyExternalSemaphore(c->cu_ready);
         g_cu.CtxPopCurrent(&old);
@@ -278,6 +412,7 @@ static void cuda_unref(ppr_cuda *c)
     av_buffer_unref(&c->device);
     if (c->release)
         c->release(c->release_opaque);
+    pthread_mutex_destroy(&c->imp_lock);
     pthread_mutex_destroy(&c->lock);
     free(c);
 }
@@ -322,8 +457,10 @@ int ppr__cuda_create(ppr_cuda **out, AVBufferRef *device, const char *device_nam
         goto fail_early;
     }
     pthread_mutex_init(&c->lock, NULL);
+    pthread_mutex_init(&c->imp_lock, NULL);
     c->refs = 1;
     if (!(c->device = av_buffer_ref(device))) {
+        pthread_mutex_destroy(&c->imp_lock);
         pthread_mutex_destroy(&c->lock);
         free(c);
         ret = ppr__fail(PPR_ENOMEM, "out of memory");
@@ -344,6 +481,16 @@ int ppr__cuda_create(ppr_cuda **out, AVBufferRef *device, const char *device_nam
                         "vkWaitSemaphores");
         goto fail;
     }
+
+    /* for PPR_COPY_CUDA (without them, frames go to the shader copy) */
+    {
+        const char *env = getenv("PYPRORES_COPY_GPU_TIME");
+        c->gpu_time = env && !strcmp(env, "1");
+    }
+    c->get_image_req = (PFN_vkGetImageMemoryRequirements2)
+        c->vk.GetDeviceProcAddr(c->dev, "vkGetImageMemoryRequirements2");
+    c->get_format_props = (PFN_vkGetPhysicalDeviceImageFormatProperties2)
+        hw->get_proc_addr(hw->inst, "vkGetPhysicalDeviceImageFormatProperties2");
 
     /* the CUDA device that is this Vulkan device */
     c->vk.GetPhysicalDeviceProperties2(c->phys, &props);
@@ -430,14 +577,35 @@ int ppr_cuda_device(const ppr_cuda *c) { return c ? c->ordinal : -1; }
 
 int ppr_cuda_set_copy(ppr_cuda *c, int how)
 {
+    CUcontext old;
+    CUresult r;
     int ret = 0;
 
     ppr__clear_error();
-    if (!c || (how != PPR_COPY_SHADER && how != PPR_COPY_TRANSFER && how != PPR_COPY_SHADER_ASYNC))
+    if (!c || (how != PPR_COPY_SHADER && how != PPR_COPY_TRANSFER && how != PPR_COPY_SHADER_ASYNC &&
+               how != PPR_COPY_CUDA))
         return ppr__fail(PPR_EINVAL, "ppr_cuda_set_copy: no CUDA side, or not PPR_COPY_SHADER, "
-                         "PPR_COPY_SHADER_ASYNC or PPR_COPY_TRANSFER");
-    if (how != PPR_COPY_TRANSFER && !c->sh)
+                         "PPR_COPY_SHADER_ASYNC, PPR_COPY_TRANSFER or PPR_COPY_CUDA");
+    if ((how == PPR_COPY_SHADER || how == PPR_COPY_SHADER_ASYNC) && !c->sh)
         return ppr__fail(PPR_ENODEVICE, "no shader copies on this device: %s", c->sh_err);
+    if (how == PPR_COPY_CUDA) {     /* the stream CUDA's copies go to */
+        pthread_mutex_lock(&c->imp_lock);
+        if (!c->stream) {
+            if ((r = g_cu.CtxPushCurrent(c->ctx))) {
+                ret = cu_fail(r, "cuCtxPushCurrent");
+            } else {
+                r = g_cu.StreamCreate(&c->stream, CU_STREAM_NON_BLOCKING);
+                g_cu.CtxPopCurrent(&old);
+                if (r) {
+                    c->stream = NULL;
+                    ret = cu_fail(r, "cuStreamCreate");
+                }
+            }
+        }
+        pthread_mutex_unlock(&c->imp_lock);
+        if (ret < 0)
+            return ret;
+    }
     pthread_mutex_lock(&c->lock);
     if (c->sh)
         ret = ppr__copier_set_async(c->sh, how == PPR_COPY_SHADER_ASYNC);
@@ -464,11 +632,57 @@ void ppr_cuda_copies(ppr_cuda *c, uint64_t *shader, uint64_t *transfer)
         *transfer = b;
 }
 
+uint64_t ppr_cuda_copies_cuda(ppr_cuda *c)
+{
+    uint64_t n = 0;
+    if (c) {
+        pthread_mutex_lock(&c->lock);
+        n = c->n_cuda;
+        pthread_mutex_unlock(&c->lock);
+    }
+    return n;
+}
+
+const char *ppr_cuda_copy_fallback(ppr_cuda *c)
+{
+    const char *why;
+    if (!c)
+        return "";
+    pthread_mutex_lock(&c->imp_lock);   /* written once, then left alone */
+    why = c->cu_fallback;
+    pthread_mutex_unlock(&c->imp_lock);
+    return why;
+}
+
+/* The decoder's frames are not held by its tensors: the views and imports of
+ * its images go (the copies that read them ended first). */
+static void release_frames(ppr_cuda *c)
+{
+    ppr__copier_release_frames(c->sh);
+    pthread_mutex_lock(&c->imp_lock);
+    imports_flush(c);
+    pthread_mutex_unlock(&c->imp_lock);
+}
+
 void ppr_cuda_close(ppr_cuda *c)
 {
-    if (c)                      /* the decoder's frames are not held by its tensors */
-        ppr__copier_release_frames(c->sh);
+    if (c)
+        release_frames(c);
     cuda_unref(c);
+}
+
+/* b's CUDA copy ended: its GPU time, when timed; c->ctx current, b->lock held. */
+static void cuda_copy_ended(ppr_cuda_buffer *b)
+{
+    float ms = 0;
+
+    if (b->timed && !g_cu.EventElapsedTime(&ms, b->copy_start, b->copied)) {
+        pthread_mutex_lock(&b->c->lock);
+        b->c->cu_gpu_ns += (uint64_t)((double)ms * 1e6);
+        b->c->cu_gpu_copies++;
+        pthread_mutex_unlock(&b->c->lock);
+    }
+    b->timed = 0;
 }
 
 /* Wait for the buffer's copy and for CUDA work queued before its tensors were
@@ -479,6 +693,29 @@ static int buffer_idle(ppr_cuda_buffer *b)
     VkResult r;
     int i, ret = 0;
 
+    if (b->pending && b->via_cuda) {    /* CUDA's own copy: its event, 60 s at most */
+        CUresult cr = g_cu.CtxPushCurrent(b->c->ctx);
+        struct timespec t0, t;
+        int late = 0;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        if (!cr) {
+            while ((cr = g_cu.EventQuery(b->copied)) == 600 /* CUDA_ERROR_NOT_READY */ && !late) {
+                usleep(20);
+                clock_gettime(CLOCK_MONOTONIC, &t);
+                late = t.tv_sec - t0.tv_sec > 60;
+            }
+            if (!cr)
+                cuda_copy_ended(b);
+            g_cu.CtxPopCurrent(&old);
+        }
+        b->pending = 0;     /* even on an error: nothing better to wait for */
+        av_frame_free(&b->frame);
+        if (late)
+            return ppr__fail(PPR_EDECODE, "a CUDA copy of the decoder's images did not end in 60 s "
+                             "(its wait for their timeline semaphores, or the copy, hangs)");
+        if (cr)
+            return cu_fail(cr, "waiting for a CUDA copy (cuEventQuery)");
+    }
     if (b->pending) {
         /* the exported timeline at the copy's value, whichever queue copied */
         r = b->c->vk.WaitSemaphores(b->c->dev, &(VkSemaphoreWaitInfo) {
@@ -520,6 +757,10 @@ static void buffer_destroy(ppr_cuda_buffer *b)
     if (!g_cu.CtxPushCurrent(c->ctx)) {
         for (i = 0; i < b->nb_events; i++)
             g_cu.EventDestroy(b->events[i]);
+        if (b->copied)
+            g_cu.EventDestroy(b->copied);
+        if (b->copy_start)
+            g_cu.EventDestroy(b->copy_start);
         if (b->ptr)
             g_cu.MemFree(b->ptr);
         if (b->ext)
@@ -658,12 +899,311 @@ void ppr_cuda_buffer_free(ppr_cuda_buffer *b)
     buffer_unref(b);
 }
 
+/* ------------------------------------------------------------------------ */
+/* PPR_COPY_CUDA: CUDA copies the decoder's own images. hwcontext_vulkan
+ * allocates its pool images exportable (vulkan_pool_alloc: external memory,
+ * opaque fds) and their timeline semaphores too, when the device has
+ * VK_KHR_external_memory_fd and VK_KHR_external_semaphore_fd; each image is
+ * imported once (memory mapped as a CUDA array, semaphore imported) and each
+ * frame's copy is a wait for its semaphores' current values and a
+ * cuMemcpy2DAsync per plane on a stream of ours: no Vulkan submission. The
+ * frame is held until the copy's event completed, so that the decoder does
+ * not write its images while CUDA reads them.                              */
+
+/* The extent of plane i of the frames context's images (hwcontext_vulkan's
+ * get_plane_wh). */
+static void plane_extent(const AVHWFramesContext *fc, int i, uint32_t *w, uint32_t *h)
+{
+    const AVPixFmtDescriptor *desc = av_pix_fmt_desc_get(fc->sw_format);
+
+    *w = fc->width;
+    *h = fc->height;
+    if (desc && i && i != 3 && !(desc->flags & AV_PIX_FMT_FLAG_RGB) &&
+        (desc->flags & AV_PIX_FMT_FLAG_PLANAR)) {
+        *w = AV_CEIL_RSHIFT(fc->width, desc->log2_chroma_w);
+        *h = AV_CEIL_RSHIFT(fc->height, desc->log2_chroma_h);
+    }
+}
+
+/* 0 when the frames context's images are ones CUDA can read as arrays: one
+ * optimally tiled R16 image per plane, made exportable by hwcontext_vulkan
+ * (it asks the device with these parameters, try_export_flags); else 1 and
+ * why not. */
+static int frames_unexportable(ppr_cuda *c, const AVHWFramesContext *fc, int nb,
+                               char *why, size_t size)
+{
+    const AVVulkanFramesContext *vfc = fc->hwctx;
+    const VkFormat *fmt = av_vkfmt_from_pixfmt(fc->sw_format);
+    VkExternalImageFormatProperties eprops = {
+        .sType = VK_STRUCTURE_TYPE_EXTERNAL_IMAGE_FORMAT_PROPERTIES,
+    };
+    VkImageFormatProperties2 props = {
+        .sType = VK_STRUCTURE_TYPE_IMAGE_FORMAT_PROPERTIES_2,
+        .pNext = &eprops,
+    };
+    VkResult r;
+    int i;
+
+    if (!c->get_image_req || !c->get_format_props) {
+        snprintf(why, size, "the Vulkan device has no vkGetImageMemoryRequirements2 or "
+                 "vkGetPhysicalDeviceImageFormatProperties2");
+        return 1;
+    }
+    if (vfc->tiling != VK_IMAGE_TILING_OPTIMAL || nb < 1 || nb > 4 ||
+        av_pix_fmt_count_planes(fc->sw_format) != nb || vfc->nb_layers > 1 ||
+        (nb < AV_NUM_DATA_POINTERS && vfc->format[nb] != VK_FORMAT_UNDEFINED)) {
+        snprintf(why, size, "the decoder's frames are not one optimally tiled image per plane "
+                 "(tiling %d, %d planes, %d layers)", (int)vfc->tiling, nb, vfc->nb_layers);
+        return 1;
+    }
+    for (i = 0; i < nb; i++)
+        if (vfc->format[i] != VK_FORMAT_R16_UNORM) {
+            snprintf(why, size, "plane %d's image is not R16 (VkFormat %d)", i, (int)vfc->format[i]);
+            return 1;
+        }
+    if (!fmt) {
+        snprintf(why, size, "no Vulkan format for the frames' %s",
+                 av_get_pix_fmt_name(fc->sw_format));
+        return 1;
+    }
+    r = c->get_format_props(c->phys, &(VkPhysicalDeviceImageFormatInfo2) {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_IMAGE_FORMAT_INFO_2,
+            .pNext = &(VkPhysicalDeviceExternalImageFormatInfo) {
+                .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_IMAGE_FORMAT_INFO,
+                .handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT,
+            },
+            .format = fmt[0],
+            .type = VK_IMAGE_TYPE_2D,
+            .tiling = vfc->tiling,
+            .usage = vfc->usage,
+            .flags = VK_IMAGE_CREATE_ALIAS_BIT,
+        }, &props);
+    if (r != VK_SUCCESS || !(eprops.externalMemoryProperties.externalMemoryFeatures &
+                             VK_EXTERNAL_MEMORY_FEATURE_EXPORTABLE_BIT)) {
+        snprintf(why, size, "the device cannot export the decoder's images as opaque fds "
+                 "(VkResult %d, features 0x%x): hwcontext_vulkan made them without the export bit",
+                 (int)r, (unsigned)eprops.externalMemoryProperties.externalMemoryFeatures);
+        return 1;
+    }
+    return 0;
+}
+
+/* Import the nb planes of vkf into im (memory as a CUDA array of its image's
+ * extent, and its timeline semaphore); c->ctx current. 0, or 1 and why not
+ * (im's objects made so far are destroyed by the caller). */
+static int image_import(ppr_cuda *c, const AVHWFramesContext *fc, const AVVkFrame *vkf, int nb,
+                        cuda_image *im, char *why, size_t size)
+{
+    const char *what = NULL;
+    CUresult cr = 0;
+    VkResult r;
+    int i, fd;
+
+    im->vkf = vkf;
+    im->nb = nb;
+    for (i = 0; i < nb; i++) {
+        VkMemoryDedicatedRequirements ded = {
+            .sType = VK_STRUCTURE_TYPE_MEMORY_DEDICATED_REQUIREMENTS,
+        };
+        VkMemoryRequirements2 req = { .sType = VK_STRUCTURE_TYPE_MEMORY_REQUIREMENTS_2, .pNext = &ded };
+        cu_ext_mem_desc md = { .type = CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD };
+        cu_ext_mem_mipmap_desc ad = { .numLevels = 1 };
+        cu_ext_sem_desc sd = { .type = CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD };
+
+        if (!vkf->img[i] || !vkf->mem[i] || !vkf->sem[i] || !vkf->size[i]) {
+            snprintf(why, size, "the decoder's frame has no image, memory or semaphore for plane %d", i);
+            return 1;
+        }
+        im->mem[i] = vkf->mem[i];
+        plane_extent(fc, i, &im->w[i], &im->h[i]);
+        /* allocated dedicated (hwcontext_vulkan's alloc_bind_mem: when the image
+         * prefers or requires it), the import must say so */
+        c->get_image_req(c->dev, &(VkImageMemoryRequirementsInfo2) {
+                .sType = VK_STRUCTURE_TYPE_IMAGE_MEMORY_REQUIREMENTS_INFO_2,
+                .image = vkf->img[i],
+            }, &req);
+        fd = -1;
+        r = c->vk.GetMemoryFdKHR(c->dev, &(VkMemoryGetFdInfoKHR) {
+                .sType = VK_STRUCTURE_TYPE_MEMORY_GET_FD_INFO_KHR,
+                .memory = vkf->mem[i],
+                .handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT,
+            }, &fd);
+        if (r != VK_SUCCESS) {
+            snprintf(why, size, "vkGetMemoryFdKHR of plane %d's image failed (VkResult %d)", i, (int)r);
+            return 1;
+        }
+        md.handle.fd = fd;
+        md.size = vkf->size[i];
+        md.flags = ded.prefersDedicatedAllocation || ded.requiresDedicatedAllocation ?
+                   CUDA_EXTERNAL_MEMORY_DEDICATED : 0;
+        if ((cr = g_cu.ImportExternalMemory(&im->ext[i], &md))) {
+            close(fd);
+            im->ext[i] = NULL;
+            what = "cuImportExternalMemory";
+            break;
+        }
+        ad.offset = vkf->offset[i];
+        ad.arrayDesc = (cu_array3d_desc) {
+            .Width = im->w[i], .Height = im->h[i], .Depth = 0,
+            .Format = CU_AD_FORMAT_UNSIGNED_INT16, .NumChannels = 1, .Flags = 0,
+        };
+        if ((cr = g_cu.ExternalMemoryGetMappedMipmappedArray(&im->mma[i], im->ext[i], &ad))) {
+            im->mma[i] = NULL;
+            what = "cuExternalMemoryGetMappedMipmappedArray";
+            break;
+        }
+        if ((cr = g_cu.MipmappedArrayGetLevel(&im->arr[i], im->mma[i], 0))) {
+            what = "cuMipmappedArrayGetLevel";
+            break;
+        }
+        fd = -1;
+        r = c->vk.GetSemaphoreFdKHR(c->dev, &(VkSemaphoreGetFdInfoKHR) {
+                .sType = VK_STRUCTURE_TYPE_SEMAPHORE_GET_FD_INFO_KHR,
+                .semaphore = vkf->sem[i],
+                .handleType = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT,
+            }, &fd);
+        if (r != VK_SUCCESS) {
+            snprintf(why, size, "vkGetSemaphoreFdKHR of plane %d's semaphore failed (VkResult %d)",
+                     i, (int)r);
+            return 1;
+        }
+        sd.handle.fd = fd;
+        if ((cr = g_cu.ImportExternalSemaphore(&im->sem[i], &sd))) {
+            close(fd);
+            im->sem[i] = NULL;
+            what = "cuImportExternalSemaphore (timeline fd)";
+            break;
+        }
+    }
+    if (what) {
+        const char *s = NULL;
+        g_cu.GetErrorString(cr, &s);
+        snprintf(why, size, "%s of plane %d of the decoder's image failed: %s (CUresult %d)",
+                 what, i, s ? s : "?", cr);
+        return 1;
+    }
+    return 0;
+}
+
+/* CUDA's own copy of frame into b at out's planes (offsets from the buffer's
+ * start): 0; 1 when CUDA cannot read the decoder's images (why is kept in
+ * c->cu_fallback and logged, once: later frames go to the shader copy too);
+ * or an error. b->lock held. */
+static int cuda_copy_submit(ppr_cuda_buffer *b, AVFrame *frame, const size_t offset[4],
+                            const ppr_planes *out)
+{
+    ppr_cuda *c = b->c;
+    AVHWFramesContext *fc = (AVHWFramesContext *)frame->hw_frames_ctx->data;
+    AVVulkanFramesContext *vfc = fc->hwctx;
+    AVVkFrame *vkf = (AVVkFrame *)frame->data[0];
+    cu_ext_sem_wait_params w[4];
+    cuda_image *im = NULL;
+    char why[PPR_MSG_SIZE] = "";
+    CUcontext old;
+    CUresult r;
+    int i, nb = out->count, ret = 0;
+
+    if (!vkf)
+        return ppr__fail(PPR_EINVAL, "not a Vulkan frame");
+    pthread_mutex_lock(&c->imp_lock);
+    if (*c->cu_fallback || !c->stream) {
+        pthread_mutex_unlock(&c->imp_lock);
+        return 1;
+    }
+    if (c->imp_frames && c->imp_frames->data != frame->hw_frames_ctx->data)
+        imports_flush(c);       /* the decoder made a new frames context */
+    if (!c->imp_frames) {
+        if (frames_unexportable(c, fc, nb, why, sizeof(why)))
+            goto fallback;
+        if (!(c->imp_frames = av_buffer_ref(frame->hw_frames_ctx))) {
+            pthread_mutex_unlock(&c->imp_lock);
+            return ppr__fail(PPR_ENOMEM, "out of memory");
+        }
+    }
+    if ((r = g_cu.CtxPushCurrent(c->ctx))) {
+        pthread_mutex_unlock(&c->imp_lock);
+        return cu_fail(r, "cuCtxPushCurrent");
+    }
+    for (i = 0; i < c->nb_imp && !im; i++)
+        if (c->imp[i].vkf == vkf && c->imp[i].mem[0] == vkf->mem[0] && c->imp[i].nb == nb)
+            im = &c->imp[i];
+    if (!im) {
+        if (c->nb_imp == MAX_IMPORTS)
+            imports_clear(c);
+        im = &c->imp[c->nb_imp];
+        if (image_import(c, fc, vkf, nb, im, why, sizeof(why))) {
+            image_destroy(im);
+            g_cu.CtxPopCurrent(&old);
+            goto fallback;
+        }
+        c->nb_imp++;
+    }
+    for (i = 0; i < nb; i++)
+        if ((uint32_t)out->plane[i].width > im->w[i] || (uint32_t)out->plane[i].height > im->h[i]) {
+            ret = ppr__fail(PPR_EINVAL, "plane %d (%dx%d) is larger than its image (%ux%u)", i,
+                            out->plane[i].width, out->plane[i].height, im->w[i], im->h[i]);
+            goto done;
+        }
+    if (!b->copied && (r = g_cu.EventCreate(&b->copied, c->gpu_time ? 0 : CU_EVENT_DISABLE_TIMING))) {
+        b->copied = NULL;
+        ret = cu_fail(r, "cuEventCreate");
+        goto done;
+    }
+    if (c->gpu_time && !b->copy_start && (r = g_cu.EventCreate(&b->copy_start, 0))) {
+        b->copy_start = NULL;
+        ret = cu_fail(r, "cuEventCreate");
+        goto done;
+    }
+    /* the values the work submitted on the images so far signals (the decode's
+     * included), read as libavutil's users do, under lock_frame() */
+    memset(w, 0, sizeof(w));
+    vfc->lock_frame(fc, vkf);
+    for (i = 0; i < nb; i++)
+        w[i].params.fence.value = vkf->sem_value[i];
+    vfc->unlock_frame(fc, vkf);
+    if ((r = g_cu.WaitExternalSemaphoresAsync(im->sem, w, nb, c->stream))) {
+        ret = cu_fail(r, "cuWaitExternalSemaphoresAsync (the decoder's images)");
+        goto done;
+    }
+    /* timed: from the end of the wait (the decode) to the end of the copy */
+    b->timed = c->gpu_time && !g_cu.EventRecord(b->copy_start, c->stream);
+    for (i = 0; i < nb; i++) {
+        const ppr_plane *p = &out->plane[i];
+        cu_memcpy2d m = {
+            .srcMemoryType = CU_MEMORYTYPE_ARRAY,
+            .srcArray = im->arr[i],
+            .dstMemoryType = CU_MEMORYTYPE_DEVICE,
+            .dstDevice = b->ptr + offset[i],
+            .dstPitch = (size_t)p->stride,
+            .WidthInBytes = (size_t)p->width * 2,
+            .Height = (size_t)p->height,
+        };
+        if ((r = g_cu.Memcpy2DAsync(&m, c->stream))) {
+            ret = cu_fail(r, "cuMemcpy2DAsync (a plane of the decoder's image)");
+            goto done;
+        }
+    }
+    if ((r = g_cu.EventRecord(b->copied, c->stream)))
+        ret = cu_fail(r, "cuEventRecord");
+done:
+    g_cu.CtxPopCurrent(&old);
+    pthread_mutex_unlock(&c->imp_lock);
+    return ret;
+
+fallback:
+    snprintf(c->cu_fallback, sizeof(c->cu_fallback), "%s", why);
+    pthread_mutex_unlock(&c->imp_lock);
+    av_log(NULL, AV_LOG_WARNING, "pyprores: CUDA cannot read the decoder's images, so CUDA frames "
+           "are copied by the %s instead: %s\n", c->sh ? "compute shader" : "transfer queue", why);
+    return 1;
+}
+
 int ppr__cuda_download_start(ppr_cuda_buffer *b, AVFrame *frame, const ppr_planes *out)
 {
     ppr_cuda *c = b->c;
     size_t offset[4];
     AVFrame *hold;
-    int i, ret;
+    int i, ret, how;
 
     if (!frame || frame->format != AV_PIX_FMT_VULKAN || !frame->hw_frames_ctx)
         return ppr__fail(PPR_EINVAL, "not a Vulkan frame");
@@ -695,6 +1235,23 @@ int ppr__cuda_download_start(ppr_cuda_buffer *b, AVFrame *frame, const ppr_plane
         av_frame_free(&hold);
         return ret;
     }
+    pthread_mutex_lock(&c->lock);
+    how = c->copy;
+    pthread_mutex_unlock(&c->lock);
+    ret = 1;
+    if (how == PPR_COPY_CUDA && !(ret = cuda_copy_submit(b, frame, offset, out))) {
+        pthread_mutex_lock(&c->lock);
+        c->n_cuda++;
+        pthread_mutex_unlock(&c->lock);
+        b->via_cuda = 1;
+        goto copied;
+    }
+    if (ret < 0) {
+        pthread_mutex_unlock(&b->lock);
+        av_frame_free(&hold);
+        return ret;
+    }
+    b->via_cuda = 0;
     /* The exported timeline's values are signalled in order: the copies of
      * one kind go to one queue, and a copy on the other queue than the last
      * one waits for the last one's value first. */
@@ -733,6 +1290,8 @@ int ppr__cuda_download_start(ppr_cuda_buffer *b, AVFrame *frame, const ppr_plane
         av_frame_free(&hold);
         return ret;
     }
+copied:
+    b->gen++;
     av_frame_move_ref(hold, frame);
     b->frame = hold;
     b->pending = 1;
@@ -833,29 +1392,38 @@ static void *dlpack_make(ppr_cuda_buffer *b, uint64_t start, int height, int wid
      * waited on each time (its handle may be another stream's by the next call). */
     if (stream != -1) {
         cu_ext_sem_wait_params w;
-        int legacy = stream == 0 || stream == 1, skip;
+        int legacy = stream == 0 || stream == 1, skip, via_cuda;
+        CUevent copied;
+        uint64_t gen;
         memset(&w, 0, sizeof(w));
         pthread_mutex_lock(&b->lock);
         w.params.fence.value = b->ready_value;
-        skip = legacy && b->legacy_waited && b->legacy_waited == b->ready_value;
+        via_cuda = b->via_cuda;
+        copied = b->copied;
+        gen = b->gen;
+        skip = legacy && gen && b->legacy_waited == gen;
         pthread_mutex_unlock(&b->lock);
-        if (!skip) {
+        if (!skip && gen) {     /* nothing to wait for before the first copy */
             if ((r = g_cu.CtxPushCurrent(c->ctx))) {
                 free(x);
                 cu_fail(r, "cuCtxPushCurrent");
                 return NULL;
             }
-            r = g_cu.WaitExternalSemaphoresAsync(&c->cu_ready, &w, 1, (CUstream)stream);
+            /* CUDA's own copy: its event, recorded on our stream (the buffer is
+             * not copied into again while a plane of it is held); else the
+             * exported timeline that the Vulkan copy signals */
+            r = via_cuda ? g_cu.StreamWaitEvent((CUstream)stream, copied, 0) :
+                g_cu.WaitExternalSemaphoresAsync(&c->cu_ready, &w, 1, (CUstream)stream);
             g_cu.CtxPopCurrent(&old);
             if (r) {
                 free(x);
-                cu_fail(r, "cuWaitExternalSemaphoresAsync");
+                cu_fail(r, via_cuda ? "cuStreamWaitEvent" : "cuWaitExternalSemaphoresAsync");
                 return NULL;
             }
             if (legacy) {
                 pthread_mutex_lock(&b->lock);
-                if (b->ready_value == w.params.fence.value)
-                    b->legacy_waited = w.params.fence.value;
+                if (b->gen == gen)
+                    b->legacy_waited = gen;
                 pthread_mutex_unlock(&b->lock);
             }
         }
@@ -1014,13 +1582,21 @@ static void pump_copies(ppr_pump *p)
 {
     ppr_copier *cp = p->c ? p->c->sh : p->cp;
 
-    if (p->c)
+    if (p->c) {
         ppr_cuda_copies(p->c, &p->mine.shader_copies, &p->mine.transfer_copies);
+        p->mine.cuda_copies = ppr_cuda_copies_cuda(p->c);
+    }
     else if (p->cp)
         p->mine.shader_copies = ppr__copier_copies(p->cp);
     else if (p->sink == PPR_PUMP_HOST)
         p->mine.transfer_copies = p->mine.frames;
     ppr__copier_gpu_time(cp, &p->mine.copy_gpu_ns, &p->mine.copies_gpu_timed);
+    if (p->c) {                 /* and CUDA's own copies, timed by its events */
+        pthread_mutex_lock(&p->c->lock);
+        p->mine.copy_gpu_ns += p->c->cu_gpu_ns;
+        p->mine.copies_gpu_timed += p->c->cu_gpu_copies;
+        pthread_mutex_unlock(&p->c->lock);
+    }
 }
 
 /* Queue an entry for the caller, waiting for room: 0, or -1 when stopping
@@ -1071,11 +1647,23 @@ static void pump_post_error(ppr_pump *p, int code, int index, const char *msg)
  * images are not held by buffers that frames or tensors keep. */
 static void buffer_poll(ppr_cuda_buffer *b)
 {
+    CUcontext old;
     uint64_t v = 0;
+    int done = 0;
 
     pthread_mutex_lock(&b->lock);
-    if (b->pending && b->c->vk.GetSemaphoreCounterValue(b->c->dev, b->c->ready, &v) == VK_SUCCESS &&
-        v >= b->ready_value) {
+    if (b->pending && b->via_cuda) {
+        if (!g_cu.CtxPushCurrent(b->c->ctx)) {
+            done = g_cu.EventQuery(b->copied) == 0;     /* CUDA_SUCCESS: it ended */
+            if (done)
+                cuda_copy_ended(b);
+            g_cu.CtxPopCurrent(&old);
+        }
+    } else if (b->pending) {
+        done = b->c->vk.GetSemaphoreCounterValue(b->c->dev, b->c->ready, &v) == VK_SUCCESS &&
+               v >= b->ready_value;
+    }
+    if (done) {
         b->pending = 0;
         av_frame_free(&b->frame);
     }
@@ -1632,7 +2220,7 @@ void ppr_pump_free(ppr_pump *p)
     for (i = 0; i < p->nb_pool; i++)
         buffer_unref(p->pool[i]);
     if (p->c) {                 /* the stream ended: the decoder's frames go */
-        ppr__copier_release_frames(p->c->sh);
+        release_frames(p->c);
         cuda_unref(p->c);
     }
     ppr_copier_free(p->cp);     /* waits for its copies */

@@ -652,20 +652,34 @@ int ppr_cuda_device(const ppr_cuda *cuda);
 /* How frames are copied into CUDA buffers: PPR_COPY_SHADER (the default; a
  * compute shader on a compute queue, see ppr_copier; frames or layouts it
  * does not take go by transfer), PPR_COPY_SHADER_ASYNC (the same, its
- * vkQueueSubmit on a thread of the copier's own: ppr_copier_set_async) or
- * PPR_COPY_TRANSFER (vkCmdCopyImageToBuffer on a transfer queue). Any time:
- * the exported semaphore's values stay in order across the two queues.
- * PPR_ENODEVICE (with the reason) when the device cannot run the shader
- * copy; PPR_EINVAL for another value. */
+ * vkQueueSubmit on a thread of the copier's own: ppr_copier_set_async),
+ * PPR_COPY_TRANSFER (vkCmdCopyImageToBuffer on a transfer queue) or
+ * PPR_COPY_CUDA (no Vulkan submission: the decoder's images, exportable as
+ * hwcontext_vulkan makes them, imported into CUDA once each, and each frame
+ * copied by cuMemcpy2DAsync on a stream of the library's own after waiting
+ * for the images' timeline semaphores; the frame is held until the copy
+ * ended. Where CUDA cannot read the images, the shader copy instead, and
+ * ppr_cuda_copy_fallback says why). Any time: the exported semaphore's
+ * values stay in order across the two queues. PPR_ENODEVICE (with the
+ * reason) when the device cannot run the shader copy or CUDA's stream
+ * cannot be made; PPR_EINVAL for another value. */
 enum {
     PPR_COPY_SHADER = 0,
     PPR_COPY_TRANSFER = 1,
-    PPR_COPY_SHADER_ASYNC = 2
+    PPR_COPY_SHADER_ASYNC = 2,
+    PPR_COPY_CUDA = 3
 };
 int ppr_cuda_set_copy(ppr_cuda *cuda, int how);
 
 /* Copies into its buffers so far, by the shader and by transfer. */
 void ppr_cuda_copies(ppr_cuda *cuda, uint64_t *shader, uint64_t *transfer);
+
+/* And by CUDA from the decoder's images (PPR_COPY_CUDA). */
+uint64_t ppr_cuda_copies_cuda(ppr_cuda *cuda);
+
+/* Why PPR_COPY_CUDA's frames went to the shader copy instead ("" while they
+ * did not): the decoder's images not exportable, or an import that failed. */
+const char *ppr_cuda_copy_fallback(ppr_cuda *cuda);
 
 /* Its shader copier (NULL when the device cannot run it), for ppr_copier_queue. */
 ppr_copier *ppr_cuda_copier(ppr_cuda *cuda);
@@ -778,6 +792,7 @@ typedef struct ppr_pump_stats {
     uint64_t transfer_copies;   /* and by transfer (vkCmdCopyImageToBuffer)       */
     uint64_t copy_gpu_ns;       /* PYPRORES_COPY_GPU_TIME=1: the GPU time of the  */
     uint64_t copies_gpu_timed;  /* shader copies read back so far, and how many   */
+    uint64_t cuda_copies;       /* copies made by CUDA from the decoder's images  */
 } ppr_pump_stats;
 
 /* Start the pump on `session` (streaming, nothing sent yet; the pump uses it

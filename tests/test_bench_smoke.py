@@ -112,11 +112,15 @@ def test_bench_pump_host_modes(tmp_path):
     """The pump's host sinks as bench modes (no CUDA needed): py-cuda-host copies
     by transfer, py-cuda-hostsh by the compute shader CUDA frames use; both
     bit-exact, each copy counted on its own side. The cudacopy summary (gpu-run's
-    cudacopy step) of that run, twice over as two rounds: each mode against numpy."""
+    cudacopy step) of that run, twice over as two rounds: each mode against numpy (the
+    first py-stream mode, the reference) and numpy with another count in flight (-tN)."""
     result, _ = _bench(tmp_path, "--ffmpeg", str(_ffmpeg_dir()), "--clips", "q-4444-alpha",
-                       "--modes", "py-stream-ed,py-cuda-host,py-cuda-hostsh,py-cuda-hostsh-async")
+                       "--modes", "py-stream-ed,py-stream-ed-t2,py-cuda-host,py-cuda-hostsh,"
+                       "py-cuda-hostsh-async")
     clip = result["clips"][0]
     n = clip["check"]["frames_sw"]
+    assert clip["modes"]["py-stream-ed-t2"]["in_flight"] == 2
+    assert clip["modes"]["py-stream-ed-t2"]["frames_identical"] == f"{n}/{n}"
     for mode, side in (("py-cuda-host", "transfer"), ("py-cuda-hostsh", "shader"),
                        ("py-cuda-hostsh-async", "shader")):
         m = clip["modes"][mode]
@@ -133,5 +137,7 @@ def test_bench_pump_host_modes(tmp_path):
     assert f"cudacopy q-4444-alpha: 2 rounds" in summary.stdout and f"numpy (py-stream-ed) {numpy_fps} fps" in summary.stdout
     assert any(l.startswith(f"cudacopy q-4444-alpha py-cuda-hostsh (shader copy into host buffers (numpy), "
                             f"8 in flight): "
-                            f"{hostsh} fps, {hostsh / numpy_fps:.2f}x numpy") for l in lines), lines
+                            f"{hostsh} fps, {hostsh / numpy_fps:.2f}x numpy (") for l in lines), lines
+    assert any(l.startswith("cudacopy q-4444-alpha py-stream-ed-t2 (numpy, 2 in flight): ") for l in lines), lines
+    assert all("x py-stream-ed-t2)" in l for l in lines if " py-cuda-host" in l), lines
     assert any(l.startswith(f"cudacopy q-4444-alpha py-cuda-host (py-cuda-host, 8 in flight): ") for l in lines), lines

@@ -68,9 +68,24 @@ def test_bad_output_arguments(clip):
                    {"download_thread": True}):
         with pytest.raises(ValueError, match="output='cuda' needs"):
             pyprores.open_decoder(clip, output="cuda", **kwargs)
-    for kwargs in ({"output": "cuda", "_cuda_copy": "dma"}, {"_cuda_copy": "transfer"}):
+    for kwargs in ({"output": "cuda", "_cuda_copy": "dma"}, {"_cuda_copy": "transfer"},
+                   {"_cuda_copy": "cuda"}, {"output": "cuda", "_cuda_copy": "CUDA"}):
         with pytest.raises(ValueError, match="_cuda_copy"):
             pyprores.open_decoder(clip, **kwargs)
+
+
+def test_cuda_copy_modes_named(monkeypatch):
+    """The copies CudaContext takes by name (_cuda_copy, PYPRORES_CUDA_COPY), CUDA's
+    own among them, map to the C library's PPR_COPY_*; another name says which exist."""
+    from pyprores.decode import cuda
+    L = native.lib
+    assert cuda._COPIES == {"shader": L.PPR_COPY_SHADER, "transfer": L.PPR_COPY_TRANSFER,
+                            "shader-async": L.PPR_COPY_SHADER_ASYNC, "cuda": L.PPR_COPY_CUDA}
+    ctx = cuda.CudaContext.__new__(cuda.CudaContext)   # no CUDA here: the name check only
+    ctx._ptr = native.ffi.NULL
+    with pytest.raises(ValueError, match="'cuda'"):
+        ctx.set_copy("cuda-async")
+    assert "cuda_copies" in cuda._STAT_FIELDS
 
 
 @needs_vk
@@ -88,9 +103,13 @@ def test_cuda_calls_refuse_bad_arguments():
     L.ppr_cuda_close(ffi.NULL)
     L.ppr_cuda_buffer_free(ffi.NULL)
     assert L.ppr_cuda_set_copy(ffi.NULL, L.PPR_COPY_SHADER) == L.PPR_EINVAL
+    assert L.ppr_cuda_set_copy(ffi.NULL, L.PPR_COPY_CUDA) == L.PPR_EINVAL
+    assert "PPR_COPY_CUDA" in native._message()
     copies = ffi.new("uint64_t[2]", [7, 7])
     L.ppr_cuda_copies(ffi.NULL, copies, copies + 1)
     assert list(copies) == [0, 0]
+    assert L.ppr_cuda_copies_cuda(ffi.NULL) == 0
+    assert ffi.string(L.ppr_cuda_copy_fallback(ffi.NULL)) == b""
     assert L.ppr_copier_new(ffi.NULL) == ffi.NULL and L.ppr_copier_copies(ffi.NULL) == 0
     L.ppr_copier_free(ffi.NULL)
 
@@ -99,7 +118,8 @@ def test_cuda_calls_refuse_bad_arguments():
 def test_cuda_frames_on_the_gpu(tmp_path):
     """tools/gpu/cuda-check's checks (the gpu-run step `cuda` runs the same): equal
     planes for 4:2:2, 4:4:4 + alpha, interlaced and odd sizes through the pump (the
-    compute-shader copy and the transfer-queue copy) and the Python loop, tensors outliving the decoder, frames held beyond the pump's pool, kernels
+    compute-shader copy, the transfer-queue copy and CUDA's own copy from the decoder's
+    images) and the Python loop, tensors outliving the decoder, frames held beyond the pump's pool, kernels
     right after each frame (Y and Cr, the legacy and an own stream) seeing it finished."""
     check = load_script("cuda-check")
     result = check.run_checks(tmp_path, frames=6)

@@ -688,6 +688,10 @@ static int cuda_checks(ppr_session *s)
         b = ppr_cuda_buffer_new(c, 4096);
         CHECK(b && ppr_cuda_buffer_ptr(b) && ppr_cuda_buffer_refs(b) == 1 &&
               ppr_cuda_buffer_size(b) == 4096, "CUDA buffer: %s", ppr_last_error(NULL));
+        /* CUDA's own copy: its stream made, nothing copied or fallen back yet */
+        CHECK(ppr_cuda_set_copy(c, PPR_COPY_CUDA) == 0 && ppr_cuda_copies_cuda(c) == 0 &&
+              !ppr_cuda_copy_fallback(c)[0], "PPR_COPY_CUDA: %s", ppr_last_error(NULL));
+        CHECK(ppr_cuda_set_copy(c, 99) == PPR_EINVAL, "ppr_cuda_set_copy(99)");
         ppr_cuda_close(c);                  /* the buffer keeps it */
         ppr_cuda_buffer_free(b);
         printf("cuda: device %s\n", ppr_device_name(s));
@@ -702,6 +706,9 @@ static int cuda_checks(ppr_session *s)
     CHECK(ppr_cuda_buffer_new(NULL, 16) == NULL, "ppr_cuda_buffer_new(NULL)");
     CHECK(ppr_cuda_dlpack(NULL, NULL, 0, 0) == NULL, "ppr_cuda_dlpack(NULL)");
     CHECK(ppr_cuda_download_start(s, NULL, NULL) == PPR_EINVAL, "ppr_cuda_download_start(NULL)");
+    CHECK(ppr_cuda_set_copy(NULL, PPR_COPY_CUDA) == PPR_EINVAL, "ppr_cuda_set_copy(NULL)");
+    CHECK(ppr_cuda_copies_cuda(NULL) == 0 && !ppr_cuda_copy_fallback(NULL)[0],
+          "ppr_cuda_copies_cuda/copy_fallback(NULL)");
     ppr_dlpack_delete(NULL, 1);
     ppr_cuda_close(NULL);
     ppr_cuda_buffer_free(NULL);

@@ -31,8 +31,8 @@ from ..model import PLANE_NAMES
 __all__ = ["CudaContext", "CudaPlane", "CudaPlanes"]
 
 KDL_CUDA = 2          # DLPack's kDLCUDA
-# PPR_COPY_SHADER, PPR_COPY_TRANSFER, PPR_COPY_SHADER_ASYNC
-_COPIES = {"shader": 0, "transfer": 1, "shader-async": 2}
+# PPR_COPY_SHADER, PPR_COPY_TRANSFER, PPR_COPY_SHADER_ASYNC, PPR_COPY_CUDA
+_COPIES = {"shader": 0, "transfer": 1, "shader-async": 2, "cuda": 3}
 _ALIGN = 256          # plane offsets in a buffer (CUDA's own allocations are 256-byte aligned)
 # The capsule names (PyCapsule keeps the pointer: these bytes live as long as the module).
 _NAMES = {False: b"dltensor", True: b"dltensor_versioned"}
@@ -80,7 +80,7 @@ class CudaContext:
         self._ptr = ffi.gc(out[0], L.ppr_cuda_close)
         #: the CUDA device ordinal (torch.device("cuda", device_id))
         self.device_id = int(L.ppr_cuda_device(self._ptr))
-        #: how frames are copied into CUDA memory: "shader", "shader-async" or "transfer"
+        #: how frames are copied into CUDA memory: "shader", "shader-async", "transfer" or "cuda"
         self.copy = "shader"
         asked = copy or os.environ.get("PYPRORES_CUDA_COPY")
         if asked:
@@ -94,12 +94,15 @@ class CudaContext:
     def set_copy(self, how: str) -> None:
         """``"shader"``: a compute shader copies each frame into CUDA memory (the
         default); ``"shader-async"``: the same, submitted by a thread of the
-        copier's own; ``"transfer"``: vkCmdCopyImageToBuffer on a transfer queue.
-        Raises :class:`pyprores.DeviceError` when the device cannot run the shader."""
+        copier's own; ``"transfer"``: vkCmdCopyImageToBuffer on a transfer queue;
+        ``"cuda"``: no Vulkan submission, CUDA copies from the decoder's own
+        images (imported once each; where it cannot, the shader copy, and
+        :meth:`copy_fallback` says why). Raises :class:`pyprores.DeviceError`
+        when the device cannot run the shader."""
         L = native.lib
         if how not in _COPIES:
-            raise ValueError(f"the CUDA copy is 'shader', 'shader-async' or 'transfer', not {how!r} "
-                             "(PYPRORES_CUDA_COPY)")
+            raise ValueError(f"the CUDA copy is 'shader', 'shader-async', 'transfer' or 'cuda', "
+                             f"not {how!r} (PYPRORES_CUDA_COPY)")
         rc = L.ppr_cuda_set_copy(self._ptr, _COPIES[how])
         if rc < 0:
             native._raise(rc)
@@ -122,11 +125,18 @@ class CudaContext:
                 "decoder_queue": where == L.PPR_COPY_QUEUE_DECODER}
 
     def copies(self) -> dict[str, int]:
-        """The copies into CUDA memory so far: ``{"shader": n, "transfer": m}``."""
+        """The copies into CUDA memory so far: ``{"shader": n, "transfer": m,
+        "cuda": k}`` (``"cuda"``: by CUDA from the decoder's images)."""
         ffi = native.ffi
         a, b = ffi.new("uint64_t *"), ffi.new("uint64_t *")
         native.lib.ppr_cuda_copies(self._ptr, a, b)
-        return {"shader": int(a[0]), "transfer": int(b[0])}
+        return {"shader": int(a[0]), "transfer": int(b[0]),
+                "cuda": int(native.lib.ppr_cuda_copies_cuda(self._ptr))}
+
+    def copy_fallback(self) -> str:
+        """Why frames of the ``"cuda"`` copy went to the shader copy instead
+        (the decoder's images not exportable, an import that failed), or ""."""
+        return native.ffi.string(native.lib.ppr_cuda_copy_fallback(self._ptr)).decode("utf-8", "replace")
 
     def close(self) -> None:
         if self._ptr is not None:
@@ -398,7 +408,7 @@ def pump_frames(dec: Any, ptr: Any, sink: str, depth: int) -> Any:
 
 _STAT_FIELDS = ("frames", "packets", "input_ns", "send_ns", "receive_ns", "buffer_ns", "copy_ns",
                 "output_ns", "next_wait_ns", "thread_cpu_ns", "buffers_made", "shader_copies",
-                "transfer_copies", "copy_gpu_ns", "copies_gpu_timed")
+                "transfer_copies", "copy_gpu_ns", "copies_gpu_timed", "cuda_copies")
 
 
 def _stats(pump: Any) -> dict[str, int]:

@@ -397,10 +397,10 @@ class StreamDecoder(native.Closeable):
                                  or download_thread):
             raise ValueError("output='cuda' needs the vulkan backend, and buffers of the decoder's "
                              "own (reuse_buffers=False, no gpu_download or download_thread)")
-        if _cuda_copy not in (None, "shader", "shader-async", "transfer") or \
+        if _cuda_copy not in (None, "shader", "shader-async", "transfer", "cuda") or \
                 (_cuda_copy and output != "cuda"):
-            raise ValueError(f"_cuda_copy is 'shader', 'shader-async' or 'transfer', with output='cuda' "
-                             f"(not {_cuda_copy!r} with output={output!r})")
+            raise ValueError(f"_cuda_copy is 'shader', 'shader-async', 'transfer' or 'cuda', with "
+                             f"output='cuda' (not {_cuda_copy!r} with output={output!r})")
         #: "numpy" or "cuda" (planes are pyprores.decode.cuda.CudaPlane, DLPack producers)
         self.output = output
         if int(prefetch) < 0:
