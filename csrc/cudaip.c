@@ -46,7 +46,8 @@
 /* the CUDA driver API, as much as is used (types from the driver API's
  * documentation; the library does not need CUDA's headers)                  */
 
-typedef int CUresult;                   /* CUDA_SUCCESS = 0 */
+typedef int CUresult;
+#define CUDA_SUCCESS 0
 typedef int CUdevice;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUstream_st *CUstream;
@@ -170,6 +171,7 @@ typedef struct cuda_fns {
     CUresult (*StreamCreate)(CUstream *, unsigned);
     CUresult (*StreamDestroy)(CUstream);
     CUresult (*StreamWaitEvent)(CUstream, CUevent, unsigned);
+    CUresult (*StreamQuery)(CUstream);
     CUresult (*ExternalMemoryGetMappedMipmappedArray)(CUmipmappedArray *, CUexternalMemory,
                                                       const cu_ext_mem_mipmap_desc *);
     CUresult (*MipmappedArrayGetLevel)(CUarray *, CUmipmappedArray, unsigned);
@@ -213,6 +215,7 @@ static void cuda_load(void)
         SYM(StreamCreate, "cuStreamCreate", NULL),
         SYM(StreamDestroy, "cuStreamDestroy_v2", "cuStreamDestroy"),
         SYM(StreamWaitEvent, "cuStreamWaitEvent", NULL),
+        SYM(StreamQuery, "cuStreamQuery", NULL),
         SYM(ExternalMemoryGetMappedMipmappedArray, "cuExternalMemoryGetMappedMipmappedArray", NULL),
         SYM(MipmappedArrayGetLevel, "cuMipmappedArrayGetLevel", NULL),
         SYM(MipmappedArrayDestroy, "cuMipmappedArrayDestroy", NULL),
@@ -313,6 +316,10 @@ struct ppr_cuda {
     PFN_vkGetImageMemoryRequirements2 get_image_req;
     PFN_vkGetPhysicalDeviceImageFormatProperties2 get_format_props;
     uint64_t n_cuda;
+    /* consumers' synchronisation (__atomic): waits queued on their streams and those
+     * not needed (the copy had ended), events recorded by tensors' deleters and those
+     * not needed (the stream was idle) */
+    uint64_t n_waits, n_waits_skipped, n_events, n_events_skipped;
     int gpu_time;                   /* PYPRORES_COPY_GPU_TIME=1: CUDA's copies timed too */
     uint64_t cu_gpu_ns, cu_gpu_copies;  /* under lock */
     VkSemaphore ready;              /* exported timeline semaphore: copies signal it */
@@ -641,6 +648,14 @@ uint64_t ppr_cuda_copies_cuda(ppr_cuda *c)
         pthread_mutex_unlock(&c->lock);
     }
     return n;
+}
+
+void ppr_cuda_syncs(ppr_cuda *c, uint64_t out[4])
+{
+    out[0] = c ? __atomic_load_n(&c->n_waits, __ATOMIC_RELAXED) : 0;
+    out[1] = c ? __atomic_load_n(&c->n_waits_skipped, __ATOMIC_RELAXED) : 0;
+    out[2] = c ? __atomic_load_n(&c->n_events, __ATOMIC_RELAXED) : 0;
+    out[3] = c ? __atomic_load_n(&c->n_events_skipped, __ATOMIC_RELAXED) : 0;
 }
 
 const char *ppr_cuda_copy_fallback(ppr_cuda *c)
@@ -1346,6 +1361,18 @@ static void tensor_release(dl_ctx *x)
     CUcontext old;
 
     if (x->stream != (CUstream)(intptr_t)-1 && !g_cu.CtxPushCurrent(b->c->ctx)) {
+        /* A stream with nothing left to run has finished whatever it queued
+         * before the drop: the buffer need not wait for it. An event recorded
+         * anyway is work in the CUDA context for every plane of every frame, and
+         * CUDA work beside the decoder's own slows the decoder (docs/PYTHON.md). */
+        if (g_cu.StreamQuery(x->stream) == CUDA_SUCCESS) {
+            __atomic_add_fetch(&b->c->n_events_skipped, 1, __ATOMIC_RELAXED);
+            g_cu.CtxPopCurrent(&old);
+            buffer_unref(b);
+            free(x);
+            return;
+        }
+        __atomic_add_fetch(&b->c->n_events, 1, __ATOMIC_RELAXED);
         pthread_mutex_lock(&b->lock);
         if (b->nb_recorded == b->nb_events && b->nb_events < MAX_EVENTS &&
             !g_cu.EventCreate(&b->events[b->nb_events], CU_EVENT_DISABLE_TIMING))
@@ -1404,15 +1431,25 @@ static void *dlpack_make(ppr_cuda_buffer *b, uint64_t start, int height, int wid
         skip = legacy && gen && b->legacy_waited == gen;
         pthread_mutex_unlock(&b->lock);
         if (!skip && gen) {     /* nothing to wait for before the first copy */
+            uint64_t v = 0;
             if ((r = g_cu.CtxPushCurrent(c->ctx))) {
                 free(x);
                 cu_fail(r, "cuCtxPushCurrent");
                 return NULL;
             }
+            /* A copy that has ended, as the host sees it, needs no wait on the
+             * consumer's stream: its writes are done before anything queued from
+             * now on runs. With frames in flight most copies have ended by the
+             * time the caller takes the frame, and a wait queued anyway is work
+             * in the CUDA context, which slows the decoder (docs/PYTHON.md). */
+            skip = via_cuda ? g_cu.EventQuery(copied) == CUDA_SUCCESS :
+                   c->vk.GetSemaphoreCounterValue(c->dev, c->ready, &v) == VK_SUCCESS &&
+                   v >= w.params.fence.value;
             /* CUDA's own copy: its event, recorded on our stream (the buffer is
              * not copied into again while a plane of it is held); else the
              * exported timeline that the Vulkan copy signals */
-            r = via_cuda ? g_cu.StreamWaitEvent((CUstream)stream, copied, 0) :
+            r = skip ? CUDA_SUCCESS :
+                via_cuda ? g_cu.StreamWaitEvent((CUstream)stream, copied, 0) :
                 g_cu.WaitExternalSemaphoresAsync(&c->cu_ready, &w, 1, (CUstream)stream);
             g_cu.CtxPopCurrent(&old);
             if (r) {
@@ -1420,6 +1457,7 @@ static void *dlpack_make(ppr_cuda_buffer *b, uint64_t start, int height, int wid
                 cu_fail(r, via_cuda ? "cuStreamWaitEvent" : "cuWaitExternalSemaphoresAsync");
                 return NULL;
             }
+            __atomic_add_fetch(skip ? &c->n_waits_skipped : &c->n_waits, 1, __ATOMIC_RELAXED);
             if (legacy) {
                 pthread_mutex_lock(&b->lock);
                 if (b->gen == gen)

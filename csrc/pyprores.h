@@ -677,6 +677,12 @@ void ppr_cuda_copies(ppr_cuda *cuda, uint64_t *shader, uint64_t *transfer);
 /* And by CUDA from the decoder's images (PPR_COPY_CUDA). */
 uint64_t ppr_cuda_copies_cuda(ppr_cuda *cuda);
 
+/* The consumers' synchronisation so far: out[0] waits queued on a consumer's
+ * stream for a copy, out[1] those not queued because the copy had ended,
+ * out[2] events a dropped tensor recorded on its stream, out[3] those not
+ * recorded because the stream was idle. */
+void ppr_cuda_syncs(ppr_cuda *cuda, uint64_t out[4]);
+
 /* Why PPR_COPY_CUDA's frames went to the shader copy instead ("" while they
  * did not): the decoder's images not exportable, or an import that failed. */
 const char *ppr_cuda_copy_fallback(ppr_cuda *cuda);

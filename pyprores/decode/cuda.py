@@ -133,6 +133,15 @@ class CudaContext:
         return {"shader": int(a[0]), "transfer": int(b[0]),
                 "cuda": int(native.lib.ppr_cuda_copies_cuda(self._ptr))}
 
+    def syncs(self) -> dict[str, int]:
+        """The consumers' synchronisation so far: waits queued on a consumer's
+        stream for a copy and those not needed (the copy had ended), events
+        recorded by dropped tensors and those not needed (the stream was idle)."""
+        out = native.ffi.new("uint64_t[4]")
+        native.lib.ppr_cuda_syncs(self._ptr, out)
+        return {"waits": int(out[0]), "waits_skipped": int(out[1]),
+                "events": int(out[2]), "events_skipped": int(out[3])}
+
     def copy_fallback(self) -> str:
         """Why frames of the ``"cuda"`` copy went to the shader copy instead
         (the decoder's images not exportable, an import that failed), or ""."""
