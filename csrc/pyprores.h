@@ -339,8 +339,17 @@ enum {
      * damaged frames (7.1.5 series patch 19, 9.0.2 series patch 12; it
      * costs GPU throughput). Software
      * sessions always flag damaged frames. */
-    PPR_STREAM_ERR_DETECT = 1
+    PPR_STREAM_ERR_DETECT = 1,
+    /* vulkan: the decoder's frames come from a pool of the session's own, one
+     * linear image per plane in device-local memory, exportable (opaque fd)
+     * with its timeline semaphore: what PPR_COPY_NONE hands to CUDA in place.
+     * Frames download and copy as usual. */
+    PPR_STREAM_OWN_POOL = 2
 };
+
+/* Images of own frame pools (PPR_STREAM_OWN_POOL) not freed, in the whole
+ * process (for tests). */
+int ppr_own_images_live(void);
 
 /* Values ppr_receive_frame() returns besides errors. */
 enum {
