@@ -63,6 +63,11 @@ int ppr__cuda_create(ppr_cuda **out, struct AVBufferRef *device, const char *dev
  * pointers inside the buffer); on success the frame's reference moves into b. */
 int ppr__cuda_download_start(ppr_cuda_buffer *b, struct AVFrame *frame, const ppr_planes *out);
 
+/* cudaip.c: PPR_COPY_NONE's buffer of `frame` (of the session's own pool; its
+ * reference moves into *out on success), out's planes its images' memory. */
+int ppr__cuda_take_frame(ppr_cuda *c, struct AVFrame *frame, ppr_cuda_buffer **out,
+                         ppr_planes *planes);
+
 /* ownpool.c: an image of the session's own frame pool (PPR_STREAM_OWN_POOL):
  * one LINEAR image per plane, each in memory of its own (at offset 0). */
 typedef struct ppr__own_info {

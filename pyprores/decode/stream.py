@@ -412,7 +412,8 @@ class StreamDecoder(native.Closeable):
             raise ValueError("_cuda_copy='none' hands CUDA the decoder's own images: "
                              "_frame_pool='linear' (or None)")
         #: "linear" when the frames come from the session's own pool, else "default"
-        self.frame_pool = "linear" if _frame_pool == "linear" or _cuda_copy == "none" else "default"
+        in_place = output == "cuda" and (_cuda_copy or os.environ.get("PYPRORES_CUDA_COPY")) == "none"
+        self.frame_pool = "linear" if _frame_pool == "linear" or in_place else "default"
         #: "numpy" or "cuda" (planes are pyprores.decode.cuda.CudaPlane, DLPack producers)
         self.output = output
         if int(prefetch) < 0:
@@ -817,7 +818,9 @@ class StreamDecoder(native.Closeable):
         nothing holds any more (no plane, frame or tensor), or a new one. The
         frame is delivered at once: its planes' consumers wait for the copy in
         their CUDA stream."""
-        from .cuda import CudaPlanes
+        from .cuda import CudaPlanes, take_frame
+        if self._cuda.copy == "none":   # the decoder's own images: no copy
+            return self._frame(c_frame, take_frame(self._cuda, ptr))
         shapes = _shapes(c_frame.layout)
         for planes in self._spare:
             if isinstance(planes, CudaPlanes) and planes.shapes == shapes and \
