@@ -47,6 +47,7 @@ typedef struct own_fns {
     PFN_vkFreeMemory FreeMemory;
     PFN_vkCreateSemaphore CreateSemaphore;
     PFN_vkDestroySemaphore DestroySemaphore;
+    PFN_vkWaitSemaphores WaitSemaphores;
     PFN_vkGetPhysicalDeviceMemoryProperties GetPhysicalDeviceMemoryProperties;
     PFN_vkGetPhysicalDeviceImageFormatProperties2 GetPhysicalDeviceImageFormatProperties2;
 } own_fns;
@@ -88,8 +89,18 @@ int ppr_own_images_live(void) { return __atomic_load_n(&g_own_images_live, __ATO
 static void image_destroy(own_image *im)
 {
     own_pool *p = im->pool;
-    int i;
+    int i, nb_sems = 0;
 
+    /* work submitted on the images ends first (hwcontext's vulkan_frame_free does the same) */
+    while (nb_sems < 4 && im->vkf.sem[nb_sems])
+        nb_sems++;
+    if (nb_sems)
+        p->vk.WaitSemaphores(p->dev, &(VkSemaphoreWaitInfo) {
+                .sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO,
+                .semaphoreCount = nb_sems,
+                .pSemaphores = im->vkf.sem,
+                .pValues = im->vkf.sem_value,
+            }, UINT64_MAX);
     if (im->slot_free && im->slot)
         im->slot_free(im->slot);   /* before the memory it may map goes */
     for (i = 0; i < 4; i++) {
@@ -375,6 +386,7 @@ int ppr__own_pool_frames(AVCodecContext *avctx)
     LOAD(FreeMemory, "vkFreeMemory");
     LOAD(CreateSemaphore, "vkCreateSemaphore");
     LOAD(DestroySemaphore, "vkDestroySemaphore");
+    LOAD(WaitSemaphores, "vkWaitSemaphores");
     LOAD(GetPhysicalDeviceMemoryProperties, "vkGetPhysicalDeviceMemoryProperties");
     LOAD(GetPhysicalDeviceImageFormatProperties2, "vkGetPhysicalDeviceImageFormatProperties2");
     p->vk.GetPhysicalDeviceMemoryProperties(p->phys, &p->mprops);
