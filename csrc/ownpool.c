@@ -50,6 +50,7 @@ typedef struct own_fns {
     PFN_vkWaitSemaphores WaitSemaphores;
     PFN_vkGetPhysicalDeviceMemoryProperties GetPhysicalDeviceMemoryProperties;
     PFN_vkGetPhysicalDeviceImageFormatProperties2 GetPhysicalDeviceImageFormatProperties2;
+    PFN_vkGetPhysicalDeviceFormatProperties GetPhysicalDeviceFormatProperties;
 } own_fns;
 
 /* What the images of one frames context are made of; freed with the pool,
@@ -389,6 +390,7 @@ int ppr__own_pool_frames(AVCodecContext *avctx)
     LOAD(WaitSemaphores, "vkWaitSemaphores");
     LOAD(GetPhysicalDeviceMemoryProperties, "vkGetPhysicalDeviceMemoryProperties");
     LOAD(GetPhysicalDeviceImageFormatProperties2, "vkGetPhysicalDeviceImageFormatProperties2");
+    LOAD(GetPhysicalDeviceFormatProperties, "vkGetPhysicalDeviceFormatProperties");
     p->vk.GetPhysicalDeviceMemoryProperties(p->phys, &p->mprops);
 
     p->nb = av_pix_fmt_count_planes(fc->sw_format);
@@ -459,6 +461,19 @@ int ppr__own_pool_frames(AVCodecContext *avctx)
                    "the session's own frame pool\n", (int)p->fmt[i], (unsigned)p->usage,
                    (unsigned)p->flags, (int)r);
             goto fail;
+        }
+        /* the ProRes hwaccel's shaders store through R16_UINT views of its R16 images */
+        if (p->fmt[i] == VK_FORMAT_R16_UNORM && (p->usage & VK_IMAGE_USAGE_STORAGE_BIT) &&
+            (p->flags & VK_IMAGE_CREATE_MUTABLE_FORMAT_BIT)) {
+            VkFormatProperties fp;
+            p->vk.GetPhysicalDeviceFormatProperties(p->phys, VK_FORMAT_R16_UINT, &fp);
+            if (!(fp.linearTilingFeatures & VK_FORMAT_FEATURE_STORAGE_IMAGE_BIT)) {
+                av_log(avctx, AV_LOG_ERROR, "pyprores: the Vulkan device cannot store to linear "
+                       "R16_UINT images (linearTilingFeatures 0x%x), which the hwaccel's shaders "
+                       "write: decode without the session's own frame pool\n",
+                       (unsigned)fp.linearTilingFeatures);
+                goto fail;
+            }
         }
         if (props.imageFormatProperties.maxExtent.width < p->w[i] ||
             props.imageFormatProperties.maxExtent.height < p->h[i]) {
