@@ -365,8 +365,9 @@ def test_dry_run_pack_new_layer(tmp_path: Path):
 
 
 def test_dry_run_cudacopy_step(pack: Path, tmp_path: Path):
-    """Issue 33's A/B of the copy into CUDA memory: numpy, the shader copy, CUDA's copy
-    from the decoder's images and the pump without a copy, each at 16 and 17 in flight
+    """Issue 33's A/B of the copy into CUDA memory: numpy, the shader copy, no copy (the
+    decoder's own images), CUDA's copy from the decoder's images and the pump without a
+    copy, each at 16 and 17 in flight
     (numpy at --in-flight and 17), in rounds on the first clip, then the summary over
     the rounds' JSON; --cudacopy-modes chooses other modes."""
     res = gpu_run("--pack", str(pack), "--dry-run", "--clips", "4k-422hq,4k-4444xq", "--cudacopy-rounds", "3",
