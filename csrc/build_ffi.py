@@ -35,7 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 HEADER = os.path.join(HERE, "pyprores.h")
 # the session API (session.h lists them in the order they call each other), then the rest
-SESSION_SOURCES = ["errors.c", "log.c", "damage.c", "device.c", "session.c", "download.c",
+SESSION_SOURCES = ["errors.c", "log.c", "damage.c", "device.c", "ownpool.c", "session.c", "download.c",
                    "decode.c", "slices.c", "stream.c"]
 SOURCES = SESSION_SOURCES + ["prores_headers.c", "hostdl.c", "shcopy.c", "reader.c", "cudaip.c"]
 sys.path.insert(0, HERE)

@@ -316,6 +316,10 @@ struct ppr_cuda {
     PFN_vkGetImageMemoryRequirements2 get_image_req;
     PFN_vkGetPhysicalDeviceImageFormatProperties2 get_format_props;
     uint64_t n_cuda;
+    uint64_t n_in_place;            /* PPR_COPY_NONE: frames handed over, no copy (under lock) */
+    int pumps;                      /* pumps running with this side (under lock) */
+    struct ppr_cuda_buffer *deferred;   /* in-place frames whose tensors' streams still
+                                     * run: back to the pool once done (under lock) */
     /* consumers' synchronisation (__atomic): waits queued on their streams and those
      * not needed (the copy had ended), events recorded by tensors' deleters and those
      * not needed (the stream was idle) */
@@ -354,6 +358,14 @@ struct ppr_cuda_buffer {
     uint64_t legacy_waited;         /* the copy (gen) CUDA's legacy stream was made to wait for */
     CUevent events[MAX_EVENTS];     /* recorded by tensors' deleters, waited for by the next copy */
     int nb_events, nb_recorded;
+    /* PPR_COPY_NONE: the decoder's own frame (`frame`), its images' memory in place */
+    int in_place;
+    int nb_zc;
+    CUdeviceptr zc_lo[4], zc_hi[4];         /* each plane's memory, as tensors may take it */
+    CUexternalSemaphore zc_sem[4];          /* the images' timeline semaphores, imported */
+    VkSemaphore zc_vksem[4];
+    uint64_t zc_val[4];                     /* and the decode's values */
+    struct ppr_cuda_buffer *next;           /* in c->deferred */
 };
 
 static int g_cuda_buffers_live;     /* __atomic */
@@ -590,9 +602,9 @@ int ppr_cuda_set_copy(ppr_cuda *c, int how)
 
     ppr__clear_error();
     if (!c || (how != PPR_COPY_SHADER && how != PPR_COPY_TRANSFER && how != PPR_COPY_SHADER_ASYNC &&
-               how != PPR_COPY_CUDA))
+               how != PPR_COPY_CUDA && how != PPR_COPY_NONE))
         return ppr__fail(PPR_EINVAL, "ppr_cuda_set_copy: no CUDA side, or not PPR_COPY_SHADER, "
-                         "PPR_COPY_SHADER_ASYNC, PPR_COPY_TRANSFER or PPR_COPY_CUDA");
+                         "PPR_COPY_SHADER_ASYNC, PPR_COPY_TRANSFER, PPR_COPY_CUDA or PPR_COPY_NONE");
     if ((how == PPR_COPY_SHADER || how == PPR_COPY_SHADER_ASYNC) && !c->sh)
         return ppr__fail(PPR_ENODEVICE, "no shader copies on this device: %s", c->sh_err);
     if (how == PPR_COPY_CUDA) {     /* the stream CUDA's copies go to */
@@ -797,10 +809,16 @@ static void buffer_destroy(ppr_cuda_buffer *b)
     cuda_unref(c);
 }
 
+static void in_place_release(ppr_cuda_buffer *b);
+
 static void buffer_unref(ppr_cuda_buffer *b)
 {
-    if (b && !__atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL))
-        buffer_destroy(b);
+    if (b && !__atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL)) {
+        if (b->in_place)
+            in_place_release(b);
+        else
+            buffer_destroy(b);
+    }
 }
 
 ppr_cuda_buffer *ppr_cuda_buffer_new(ppr_cuda *c, size_t size)
@@ -1314,6 +1332,334 @@ copied:
     return 0;
 }
 
+
+/* ------------------------------------------------------------------------ */
+/* PPR_COPY_NONE: the decoder's own images are the tensors' memory. The
+ * session's own frame pool (ownpool.c) makes them linear, in device-local
+ * memory exported as opaque fds, with exported timeline semaphores; each
+ * image is imported into CUDA once (its memory mapped whole as a buffer, its
+ * semaphore as a timeline fd) and the import kept with the image (its slot),
+ * holding this side: it goes with the image, after the frames context. Per
+ * frame: no copy, no CUDA call. The frame is held by a buffer of its own
+ * (in_place) that its planes and tensors reference; when the last lets go and
+ * the streams of dropped tensors still run, it waits on c->deferred until
+ * their events completed (polled by the pump's thread), so that the pool
+ * does not give the images to the decoder while a consumer's kernel reads
+ * them.                                                                     */
+
+typedef struct zc_import {
+    ppr_cuda *c;                    /* a reference */
+    int nb;
+    CUexternalMemory ext[4];
+    CUdeviceptr base[4];            /* each plane's memory, mapped whole */
+    CUexternalSemaphore sem[4];
+} zc_import;
+
+static void zc_import_free(void *opaque)
+{
+    zc_import *z = opaque;
+    CUcontext old;
+    int i;
+
+    if (!g_cu.CtxPushCurrent(z->c->ctx)) {
+        for (i = 0; i < 4; i++) {
+            if (z->sem[i])
+                g_cu.DestroyExternalSemaphore(z->sem[i]);
+            if (z->base[i])
+                g_cu.MemFree(z->base[i]);
+            if (z->ext[i])
+                g_cu.DestroyExternalMemory(z->ext[i]);
+        }
+        g_cu.CtxPopCurrent(&old);
+    }
+    cuda_unref(z->c);
+    free(z);
+}
+
+typedef struct zc_make {
+    ppr_cuda *c;
+    const AVVkFrame *vkf;
+    const ppr__own_info *info;
+    int ret;                        /* 0, or the error (its message set) */
+} zc_make;
+
+/* The image's import for m->c: the one it has, or a new one (under the
+ * image's lock, ppr__own_frame_slot). */
+static void *zc_swap(void *old, void *arg)
+{
+    zc_make *m = arg;
+    ppr_cuda *c = m->c;
+    const AVVkFrame *vkf = m->vkf;
+    zc_import *z;
+    const char *what = NULL;
+    CUcontext cold;
+    CUresult cr = 0;
+    VkResult r;
+    int i, fd;
+
+    if (old && ((zc_import *)old)->c == c)
+        return old;
+    if (!(z = calloc(1, sizeof(*z)))) {
+        m->ret = ppr__fail(PPR_ENOMEM, "out of memory");
+        return old;
+    }
+    z->c = c;
+    z->nb = m->info->nb;
+    __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
+    if ((cr = g_cu.CtxPushCurrent(c->ctx))) {
+        m->ret = cu_fail(cr, "cuCtxPushCurrent");
+        zc_import_free(z);
+        return old;
+    }
+    for (i = 0; i < z->nb && !what; i++) {
+        cu_ext_mem_desc md = { .type = CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD };
+        cu_ext_mem_buffer_desc bd = { .offset = 0, .size = m->info->mem_size[i] };
+        cu_ext_sem_desc sd = { .type = CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD };
+
+        fd = -1;
+        r = c->vk.GetMemoryFdKHR(c->dev, &(VkMemoryGetFdInfoKHR) {
+                .sType = VK_STRUCTURE_TYPE_MEMORY_GET_FD_INFO_KHR,
+                .memory = vkf->mem[i],
+                .handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT,
+            }, &fd);
+        if (r != VK_SUCCESS) {
+            m->ret = ppr__fail(PPR_ENODEVICE, "vkGetMemoryFdKHR of plane %d's image of the frame "
+                               "pool failed (VkResult %d)", i, (int)r);
+            break;
+        }
+        md.handle.fd = fd;
+        md.size = m->info->mem_size[i];
+        md.flags = m->info->dedicated[i] ? CUDA_EXTERNAL_MEMORY_DEDICATED : 0;
+        if ((cr = g_cu.ImportExternalMemory(&z->ext[i], &md))) {
+            close(fd);
+            z->ext[i] = NULL;
+            what = "cuImportExternalMemory";
+            break;
+        }
+        if ((cr = g_cu.ExternalMemoryGetMappedBuffer(&z->base[i], z->ext[i], &bd))) {
+            z->base[i] = 0;
+            what = "cuExternalMemoryGetMappedBuffer";
+            break;
+        }
+        fd = -1;
+        r = c->vk.GetSemaphoreFdKHR(c->dev, &(VkSemaphoreGetFdInfoKHR) {
+                .sType = VK_STRUCTURE_TYPE_SEMAPHORE_GET_FD_INFO_KHR,
+                .semaphore = vkf->sem[i],
+                .handleType = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT,
+            }, &fd);
+        if (r != VK_SUCCESS) {
+            m->ret = ppr__fail(PPR_ENODEVICE, "vkGetSemaphoreFdKHR of plane %d's semaphore of the "
+                               "frame pool failed (VkResult %d)", i, (int)r);
+            break;
+        }
+        sd.handle.fd = fd;
+        if ((cr = g_cu.ImportExternalSemaphore(&z->sem[i], &sd))) {
+            close(fd);
+            z->sem[i] = NULL;
+            what = "cuImportExternalSemaphore (timeline fd)";
+            break;
+        }
+    }
+    g_cu.CtxPopCurrent(&cold);
+    if (what)
+        m->ret = cu_fail(cr, what);
+    if (m->ret < 0) {
+        zc_import_free(z);
+        return old;
+    }
+    return z;
+}
+
+int ppr__cuda_take_frame(ppr_cuda *c, AVFrame *frame, ppr_cuda_buffer **out, ppr_planes *planes)
+{
+    AVHWFramesContext *fc;
+    AVVulkanFramesContext *vfc;
+    AVVkFrame *vkf;
+    ppr__own_info info;
+    zc_make m = { .c = c };
+    zc_import *z;
+    ppr_cuda_buffer *b;
+    int i;
+
+    *out = NULL;
+    if (!frame || frame->format != AV_PIX_FMT_VULKAN || !frame->hw_frames_ctx || !frame->data[0])
+        return ppr__fail(PPR_EINVAL, "not a Vulkan frame");
+    fc = (AVHWFramesContext *)frame->hw_frames_ctx->data;
+    vfc = fc->hwctx;
+    vkf = (AVVkFrame *)frame->data[0];
+    if (fc->device_ref->data != c->device->data)
+        return ppr__fail(PPR_EINVAL, "the frame belongs to another Vulkan device than the CUDA side");
+    if (!ppr__own_frame_info(frame, &info))
+        return ppr__fail(PPR_EINVAL, "frames handed to CUDA in place (PPR_COPY_NONE) must come from "
+                         "the session's own frame pool: stream with PPR_STREAM_OWN_POOL "
+                         "(_frame_pool=\"linear\")");
+    if (!info.exportable)
+        return ppr__fail(PPR_ENODEVICE, "the Vulkan device cannot export the frame pool's linear "
+                         "images or their semaphores as opaque fds: CUDA cannot read them in place");
+    if (info.nb != planes->count || info.nb > 4)
+        return ppr__fail(PPR_EINVAL, "the frame has %d images for %d planes", info.nb, planes->count);
+    for (i = 0; i < info.nb; i++)
+        if ((info.row_pitch[i] & 1) || (info.offset[i] & 1) ||
+            info.row_pitch[i] < (uint64_t)planes->plane[i].width * 2 ||
+            (uint32_t)planes->plane[i].width > info.width[i] ||
+            (uint32_t)planes->plane[i].height > info.height[i] ||
+            info.offset[i] + info.row_pitch[i] * (planes->plane[i].height - 1) +
+            (uint64_t)planes->plane[i].width * 2 > info.mem_size[i])
+            return ppr__fail(PPR_EINVAL, "plane %d (%dx%d) does not fit its linear image (%ux%u, "
+                             "rows %llu bytes apart at offset %llu)", i, planes->plane[i].width,
+                             planes->plane[i].height, info.width[i], info.height[i],
+                             (unsigned long long)info.row_pitch[i],
+                             (unsigned long long)info.offset[i]);
+    m.vkf = vkf;
+    m.info = &info;
+    z = ppr__own_frame_slot(frame, zc_swap, &m, zc_import_free);
+    if (m.ret < 0)
+        return m.ret;
+    if (!z || z->c != c)
+        return ppr__fail(PPR_ENODEVICE, "the frame pool's image could not be imported into CUDA");
+
+    if (!(b = calloc(1, sizeof(*b))))
+        return ppr__fail(PPR_ENOMEM, "out of memory");
+    if (!(b->frame = av_frame_alloc())) {
+        free(b);
+        return ppr__fail(PPR_ENOMEM, "out of memory");
+    }
+    pthread_mutex_init(&b->lock, NULL);
+    b->refs = 1;
+    b->c = c;
+    b->in_place = 1;
+    b->gen = 1;             /* one "copy": the decode */
+    b->nb_zc = info.nb;
+    __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
+    __atomic_add_fetch(&g_cuda_buffers_live, 1, __ATOMIC_RELAXED);
+    /* the values the decode signals, read as libavutil's users do */
+    vfc->lock_frame(fc, vkf);
+    for (i = 0; i < info.nb; i++) {
+        b->zc_val[i] = vkf->sem_value[i];
+        b->zc_vksem[i] = vkf->sem[i];
+    }
+    vfc->unlock_frame(fc, vkf);
+    for (i = 0; i < info.nb; i++) {
+        b->zc_lo[i] = z->base[i];
+        b->zc_hi[i] = z->base[i] + info.mem_size[i];
+        b->zc_sem[i] = z->sem[i];
+        planes->plane[i].data = (uint16_t *)(uintptr_t)(z->base[i] + info.offset[i]);
+        planes->plane[i].stride = (ptrdiff_t)info.row_pitch[i];
+    }
+    b->ptr = z->base[0] + info.offset[0];
+    b->size = info.mem_size[0] - info.offset[0];
+    av_frame_move_ref(b->frame, frame);
+    pthread_mutex_lock(&c->lock);
+    c->n_in_place++;
+    pthread_mutex_unlock(&c->lock);
+    *out = b;
+    return 0;
+}
+
+uint64_t ppr_cuda_frames_in_place(ppr_cuda *c)
+{
+    uint64_t n = 0;
+    if (c) {
+        pthread_mutex_lock(&c->lock);
+        n = c->n_in_place;
+        pthread_mutex_unlock(&c->lock);
+    }
+    return n;
+}
+
+/* Whether the events b's dropped tensors recorded completed; c->ctx current. */
+static int in_place_events_done(ppr_cuda_buffer *b)
+{
+    int i;
+    for (i = 0; i < b->nb_recorded; i++)
+        if (g_cu.EventQuery(b->events[i]) != CUDA_SUCCESS)
+            return 0;
+    return 1;
+}
+
+/* The frame goes back to the pool; the buffer is freed. */
+static void in_place_free(ppr_cuda_buffer *b)
+{
+    ppr_cuda *c = b->c;
+    CUcontext old;
+    int i;
+
+    if (b->nb_events && !g_cu.CtxPushCurrent(c->ctx)) {
+        for (i = 0; i < b->nb_events; i++)
+            g_cu.EventDestroy(b->events[i]);
+        g_cu.CtxPopCurrent(&old);
+    }
+    av_frame_free(&b->frame);
+    pthread_mutex_destroy(&b->lock);
+    free(b);
+    __atomic_sub_fetch(&g_cuda_buffers_live, 1, __ATOMIC_RELAXED);
+    cuda_unref(c);
+}
+
+/* The last reference is gone: the frame goes back to the pool now, or, while
+ * streams of its dropped tensors still run and a pump polls, once they are
+ * done (without a pump: after waiting for them here). */
+static void in_place_release(ppr_cuda_buffer *b)
+{
+    ppr_cuda *c = b->c;
+    CUcontext old;
+    int i, done = 1;
+
+    if (b->nb_recorded && !g_cu.CtxPushCurrent(c->ctx)) {
+        done = in_place_events_done(b);
+        g_cu.CtxPopCurrent(&old);
+    }
+    if (!done) {
+        pthread_mutex_lock(&c->lock);
+        if (c->pumps > 0) {
+            b->next = c->deferred;
+            c->deferred = b;
+            pthread_mutex_unlock(&c->lock);
+            return;
+        }
+        pthread_mutex_unlock(&c->lock);
+        if (!g_cu.CtxPushCurrent(c->ctx)) {
+            for (i = 0; i < b->nb_recorded; i++)
+                g_cu.EventSynchronize(b->events[i]);
+            g_cu.CtxPopCurrent(&old);
+        }
+    }
+    in_place_free(b);
+}
+
+/* Frames on c->deferred whose tensors' streams are done go back to the pool
+ * (wait: after waiting for them, when no pump will poll any more). */
+static void in_place_poll(ppr_cuda *c, int wait)
+{
+    ppr_cuda_buffer *done = NULL, **pp, *b;
+    CUcontext old;
+    int i;
+
+    pthread_mutex_lock(&c->lock);
+    if (!c->deferred || g_cu.CtxPushCurrent(c->ctx)) {
+        pthread_mutex_unlock(&c->lock);
+        return;
+    }
+    for (pp = &c->deferred; (b = *pp);) {
+        if (wait)
+            for (i = 0; i < b->nb_recorded; i++)
+                g_cu.EventSynchronize(b->events[i]);
+        if (wait || in_place_events_done(b)) {
+            *pp = b->next;
+            b->next = done;
+            done = b;
+        } else {
+            pp = &b->next;
+        }
+    }
+    g_cu.CtxPopCurrent(&old);
+    pthread_mutex_unlock(&c->lock);
+    while ((b = done)) {
+        done = b->next;
+        in_place_free(b);
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* DLPack (dlpack.h 1.x, written from the specification)                      */
 
@@ -1403,8 +1749,17 @@ static void *dlpack_make(ppr_cuda_buffer *b, uint64_t start, int height, int wid
     CUcontext old;
     CUresult r;
 
-    if (start < b->ptr || start + (uint64_t)stride * (height - 1) +
-        (uint64_t)width * 2 > b->ptr + b->size) {
+    if (b->in_place) {      /* inside one of the frame's planes' memory */
+        uint64_t end = start + (uint64_t)stride * (height - 1) + (uint64_t)width * 2;
+        int i, in = 0;
+        for (i = 0; i < b->nb_zc && !in; i++)
+            in = start >= b->zc_lo[i] && end <= b->zc_hi[i];
+        if (!in) {
+            ppr__fail(PPR_EINVAL, "ppr_cuda_dlpack: the plane is not inside the frame's images");
+            return NULL;
+        }
+    } else if (start < b->ptr || start + (uint64_t)stride * (height - 1) +
+               (uint64_t)width * 2 > b->ptr + b->size) {
         ppr__fail(PPR_EINVAL, "ppr_cuda_dlpack: the plane is not inside the buffer");
         return NULL;
     }
@@ -1417,7 +1772,46 @@ static void *dlpack_make(ppr_cuda_buffer *b, uint64_t start, int height, int wid
      * destroyed: once it waited for this copy, work queued on it later is behind that
      * wait, so the frame's other planes need none. A stream of the caller's own is
      * waited on each time (its handle may be another stream's by the next call). */
-    if (stream != -1) {
+    if (stream != -1 && b->in_place) {
+        /* the decode's semaphores, unless the host sees them signalled; on the
+         * legacy stream once per frame (gen is 1), as for a copy */
+        cu_ext_sem_wait_params w[4];
+        int legacy = stream == 0 || stream == 1, skip, i;
+        pthread_mutex_lock(&b->lock);
+        skip = legacy && b->legacy_waited == b->gen;
+        pthread_mutex_unlock(&b->lock);
+        if (!skip) {
+            memset(w, 0, sizeof(w));
+            skip = 1;
+            for (i = 0; i < b->nb_zc; i++) {
+                uint64_t v = 0;
+                w[i].params.fence.value = b->zc_val[i];
+                if (c->vk.GetSemaphoreCounterValue(c->dev, b->zc_vksem[i], &v) != VK_SUCCESS ||
+                    v < b->zc_val[i])
+                    skip = 0;
+            }
+            if (!skip) {
+                if ((r = g_cu.CtxPushCurrent(c->ctx))) {
+                    free(x);
+                    cu_fail(r, "cuCtxPushCurrent");
+                    return NULL;
+                }
+                r = g_cu.WaitExternalSemaphoresAsync(b->zc_sem, w, b->nb_zc, (CUstream)stream);
+                g_cu.CtxPopCurrent(&old);
+                if (r) {
+                    free(x);
+                    cu_fail(r, "cuWaitExternalSemaphoresAsync (the decoder's images)");
+                    return NULL;
+                }
+            }
+            __atomic_add_fetch(skip ? &c->n_waits_skipped : &c->n_waits, 1, __ATOMIC_RELAXED);
+            if (legacy) {
+                pthread_mutex_lock(&b->lock);
+                b->legacy_waited = b->gen;
+                pthread_mutex_unlock(&b->lock);
+            }
+        }
+    } else if (stream != -1) {
         cu_ext_sem_wait_params w;
         int legacy = stream == 0 || stream == 1, skip, via_cuda;
         CUevent copied;
@@ -1516,6 +1910,17 @@ void *ppr_cuda_dlpack_at(ppr_cuda_buffer *b, uint64_t ptr, int height, int width
     return dlpack_make(b, ptr, height, width, (ptrdiff_t)width * 2, stream, versioned);
 }
 
+void *ppr_cuda_dlpack_strided(ppr_cuda_buffer *b, uint64_t ptr, int height, int width,
+                              int64_t stride, intptr_t stream, int versioned)
+{
+    ppr__clear_error();
+    if (!b || !ptr || width <= 0 || height <= 0 || stride < (int64_t)width * 2 || (stride & 1)) {
+        ppr__fail(PPR_EINVAL, "ppr_cuda_dlpack_strided: no buffer, or a bad plane");
+        return NULL;
+    }
+    return dlpack_make(b, ptr, height, width, (ptrdiff_t)stride, stream, versioned);
+}
+
 void ppr_dlpack_delete(void *managed, int versioned)
 {
     if (!managed)
@@ -1576,6 +1981,7 @@ struct ppr_pump {
     uint64_t seq;
     int n_sent, n_recv;
     ppr_pump_stats mine;        /* copied into st as entries are queued */
+    int in_place;               /* PPR_PUMP_CUDA with PPR_COPY_NONE: frames handed over as they are */
     /* helpers of ppr_pump_push_data's copies */
     pthread_t copier[7];
     int nb_copiers;
@@ -1623,6 +2029,7 @@ static void pump_copies(ppr_pump *p)
     if (p->c) {
         ppr_cuda_copies(p->c, &p->mine.shader_copies, &p->mine.transfer_copies);
         p->mine.cuda_copies = ppr_cuda_copies_cuda(p->c);
+        p->mine.frames_in_place = ppr_cuda_frames_in_place(p->c);
     }
     else if (p->cp)
         p->mine.shader_copies = ppr__copier_copies(p->cp);
@@ -1801,7 +2208,21 @@ static int pump_receive(ppr_pump *p)
     }
     e.kind = PUMP_FRAME;
     e.f.index = p->n_recv;
-    if (p->sink != PPR_PUMP_NONE) {
+    if (p->sink == PPR_PUMP_CUDA && p->in_place) {
+        /* no copy: the frame itself, its images imported once each */
+        t0 = now_ns();
+        in_place_poll(p->c, 0);     /* frames whose tensors' streams are done: to the pool */
+        *pl = e.f.info.layout;
+        rc = ppr_cuda_take_frame(p->s, p->c, &e.f.cuda, pl);
+        p->mine.copy_ns += now_ns() - t0;
+        if (rc < 0) {
+            char msg[PPR_MSG_SIZE];
+            snprintf(msg, sizeof(msg), "%s", *ppr_last_error(p->s) ? ppr_last_error(p->s)
+                                                                  : ppr_last_error(NULL));
+            pump_post_error(p, rc, p->n_recv, msg);
+            return -1;
+        }
+    } else if (p->sink != PPR_PUMP_NONE) {
         *pl = e.f.info.layout;
         for (i = 0; i < pl->count; i++) {
             off[i] = size;
@@ -2119,6 +2540,10 @@ int ppr_pump_open(ppr_pump **out, ppr_session *s, ppr_cuda *c, int sink, ppr_rea
     if (sink == PPR_PUMP_CUDA) {
         p->c = c;
         __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
+        pthread_mutex_lock(&c->lock);
+        c->pumps++;             /* it polls c->deferred */
+        p->in_place = c->copy == PPR_COPY_NONE;
+        pthread_mutex_unlock(&c->lock);
     }
     if ((sink == PPR_PUMP_HOST_SHADER || sink == PPR_PUMP_HOST_SHADER_ASYNC) &&
         (!(p->cp = ppr_copier_new(s)) ||
@@ -2258,6 +2683,10 @@ void ppr_pump_free(ppr_pump *p)
     for (i = 0; i < p->nb_pool; i++)
         buffer_unref(p->pool[i]);
     if (p->c) {                 /* the stream ended: the decoder's frames go */
+        pthread_mutex_lock(&p->c->lock);
+        p->c->pumps--;
+        pthread_mutex_unlock(&p->c->lock);
+        in_place_poll(p->c, 1);     /* no pump polls them any more */
         release_frames(p->c);
         cuda_unref(p->c);
     }

@@ -267,6 +267,20 @@ int ppr_cuda_download_start(ppr_session *s, ppr_cuda_buffer *b, ppr_planes *out)
     return ppr__leave(took_frame(s, out, ppr__cuda_download_start(b, s->frame, out)));
 }
 
+int ppr_cuda_take_frame(ppr_session *s, ppr_cuda *c, ppr_cuda_buffer **out, ppr_planes *planes)
+{
+    ppr__enter(s);
+    if (!s || !c || !out || !planes)
+        return ppr__leave(ppr__fail(PPR_EINVAL, "session, CUDA side, out or planes is NULL"));
+    *out = NULL;
+    if (!s->stream || !s->st_have)
+        return ppr__leave(ppr__sfail(s, PPR_EINVAL, "no frame received: call ppr_receive_frame first"));
+    if (s->backend != BACKEND_VULKAN)
+        return ppr__leave(ppr__sfail(s, PPR_EINVAL, "CUDA takes Vulkan frames"));
+    *planes = s->st_layout;
+    return ppr__leave(took_frame(s, planes, ppr__cuda_take_frame(c, s->frame, out, planes)));
+}
+
 static int g_frames_live;   /* ppr_frame handles not freed (__atomic) */
 
 /* A received frame taken out of its session (ppr_take_frame) */

@@ -3,6 +3,7 @@
 #define PYPRORES_INTERNAL_H
 
 #include <stdarg.h>
+#include <stdint.h>
 
 #include "pyprores.h"
 
@@ -61,6 +62,34 @@ int ppr__cuda_create(ppr_cuda **out, struct AVBufferRef *device, const char *dev
 /* cudaip.c: submit the copy of `frame` into b at out's planes (device
  * pointers inside the buffer); on success the frame's reference moves into b. */
 int ppr__cuda_download_start(ppr_cuda_buffer *b, struct AVFrame *frame, const ppr_planes *out);
+
+/* cudaip.c: PPR_COPY_NONE's buffer of `frame` (of the session's own pool; its
+ * reference moves into *out on success), out's planes its images' memory. */
+int ppr__cuda_take_frame(ppr_cuda *c, struct AVFrame *frame, ppr_cuda_buffer **out,
+                         ppr_planes *planes);
+
+/* ownpool.c: an image of the session's own frame pool (PPR_STREAM_OWN_POOL):
+ * one LINEAR image per plane, each in memory of its own (at offset 0). */
+typedef struct ppr__own_info {
+    int nb;                         /* planes (images) */
+    int exportable;                 /* memory and semaphores exportable as opaque fds */
+    uint64_t offset[4];             /* each plane's first sample in its memory */
+    uint64_t row_pitch[4];          /* bytes from one row to the next */
+    uint64_t mem_size[4];           /* the memory's size (AVVkFrame.size) */
+    uint32_t width[4], height[4];   /* the image's extent */
+    int dedicated[4];               /* a dedicated allocation */
+} ppr__own_info;
+
+/* 1 and *info when frame's images come from a pool of the session's own; else 0. */
+int ppr__own_frame_info(const struct AVFrame *frame, ppr__own_info *info);
+
+/* A user's state kept with the frame's image (cudaip.c: its CUDA import):
+ * under the image's lock, the slot becomes swap(slot, arg); an old value that
+ * swap replaced is freed with the slot_free given before; slot_free(slot) runs
+ * when the image is destroyed, before its memory goes. Returns the new value
+ * (NULL when the frame is not of an own pool). */
+void *ppr__own_frame_slot(const struct AVFrame *frame, void *(*swap)(void *old, void *arg),
+                          void *arg, void (*slot_free)(void *));
 
 /* A prepared packet (stream.c; reader.c makes them too). */
 struct AVPacket;

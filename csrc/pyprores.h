@@ -339,8 +339,17 @@ enum {
      * damaged frames (7.1.5 series patch 19, 9.0.2 series patch 12; it
      * costs GPU throughput). Software
      * sessions always flag damaged frames. */
-    PPR_STREAM_ERR_DETECT = 1
+    PPR_STREAM_ERR_DETECT = 1,
+    /* vulkan: the decoder's frames come from a pool of the session's own, one
+     * linear image per plane in device-local memory, exportable (opaque fd)
+     * with its timeline semaphore: what PPR_COPY_NONE hands to CUDA in place.
+     * Frames download and copy as usual. */
+    PPR_STREAM_OWN_POOL = 2
 };
+
+/* Images of own frame pools (PPR_STREAM_OWN_POOL) not freed, in the whole
+ * process (for tests). */
+int ppr_own_images_live(void);
 
 /* Values ppr_receive_frame() returns besides errors. */
 enum {
@@ -660,14 +669,17 @@ int ppr_cuda_device(const ppr_cuda *cuda);
  * for the images' timeline semaphores; the frame is held until the copy
  * ended. Where CUDA cannot read the images, the shader copy instead, and
  * ppr_cuda_copy_fallback says why). Any time: the exported semaphore's
- * values stay in order across the two queues. PPR_ENODEVICE (with the
+ * values stay in order across the two queues. PPR_COPY_NONE: no copy, the
+ * decoder's own images are the tensors' memory (ppr_cuda_take_frame; the
+ * session streams with PPR_STREAM_OWN_POOL). PPR_ENODEVICE (with the
  * reason) when the device cannot run the shader copy or CUDA's stream
  * cannot be made; PPR_EINVAL for another value. */
 enum {
     PPR_COPY_SHADER = 0,
     PPR_COPY_TRANSFER = 1,
     PPR_COPY_SHADER_ASYNC = 2,
-    PPR_COPY_CUDA = 3
+    PPR_COPY_CUDA = 3,
+    PPR_COPY_NONE = 4
 };
 int ppr_cuda_set_copy(ppr_cuda *cuda, int how);
 
@@ -676,6 +688,22 @@ void ppr_cuda_copies(ppr_cuda *cuda, uint64_t *shader, uint64_t *transfer);
 
 /* And by CUDA from the decoder's images (PPR_COPY_CUDA). */
 uint64_t ppr_cuda_copies_cuda(ppr_cuda *cuda);
+
+/* Frames handed to CUDA in place so far (PPR_COPY_NONE). */
+uint64_t ppr_cuda_frames_in_place(ppr_cuda *cuda);
+
+/* PPR_COPY_NONE: the frame ppr_receive_frame() received, as a buffer of its
+ * own (*out, the caller's reference; no copy): its images, of the session's
+ * own pool (PPR_STREAM_OWN_POOL: linear, device-local, exported), imported
+ * into CUDA once each, and out's planes their device pointers and row
+ * strides (bytes). The buffer holds the decoded frame, so that the pool does
+ * not reuse its images while a plane or tensor of it lives; a tensor's stream
+ * waits for the decode (the images' timeline semaphores) unless the host sees
+ * it ended; the frame goes back to the pool once the CUDA work queued on the
+ * streams of its dropped tensors is done. PPR_EINVAL for a frame of another
+ * pool; PPR_ENODEVICE when CUDA cannot import it. */
+int ppr_cuda_take_frame(ppr_session *session, ppr_cuda *cuda, ppr_cuda_buffer **out,
+                        ppr_planes *planes);
 
 /* The consumers' synchronisation so far: out[0] waits queued on a consumer's
  * stream for a copy, out[1] those not queued because the copy had ended,
@@ -739,6 +767,10 @@ void ppr_dlpack_delete(void *managed, int versioned);
 void *ppr_cuda_dlpack_at(ppr_cuda_buffer *buffer, uint64_t ptr, int height, int width,
                          intptr_t stream, int versioned);
 
+/* The same with rows `stride` bytes apart (even, >= width * 2). */
+void *ppr_cuda_dlpack_strided(ppr_cuda_buffer *buffer, uint64_t ptr, int height, int width,
+                              int64_t stride, intptr_t stream, int versioned);
+
 /* --- the pump: decoding on a thread of the library's own -------------------- */
 
 /* A pump owns a streaming session (configured with ppr_stream_config) while
@@ -756,7 +788,8 @@ void *ppr_cuda_dlpack_at(ppr_cuda_buffer *buffer, uint64_t ptr, int height, int 
  *
  * Sinks: PPR_PUMP_CUDA copies into CUDA buffers of the pump's pool (a buffer
  * is written again once the caller and every tensor let go of it, the least
- * recently used first; at most 16 are kept); PPR_PUMP_HOST into a new host
+ * recently used first; at most 16 are kept; with PPR_COPY_NONE no copy: each
+ * frame as ppr_cuda_take_frame gives it); PPR_PUMP_HOST into a new host
  * buffer per frame (the caller's: ppr_host_buffer_wait before reading, then
  * ppr_host_buffer_free; PPR_PUMP_HOST_SHADER: the same, copied by the
  * compute shader of ppr_copier); PPR_PUMP_NONE copies nothing (the decoder alone,
@@ -799,6 +832,7 @@ typedef struct ppr_pump_stats {
     uint64_t copy_gpu_ns;       /* PYPRORES_COPY_GPU_TIME=1: the GPU time of the  */
     uint64_t copies_gpu_timed;  /* shader copies read back so far, and how many   */
     uint64_t cuda_copies;       /* copies made by CUDA from the decoder's images  */
+    uint64_t frames_in_place;   /* frames handed to CUDA with no copy (PPR_COPY_NONE) */
 } ppr_pump_stats;
 
 /* Start the pump on `session` (streaming, nothing sent yet; the pump uses it

@@ -208,6 +208,11 @@ static enum AVPixelFormat get_format(AVCodecContext *avctx, const enum AVPixelFo
     for (p = fmts; *p != AV_PIX_FMT_NONE; p++)
         if (*p == AV_PIX_FMT_VULKAN) {
             s->vulkan_offered = 1;
+            /* frames from the session's own pool: the frames context made here
+             * (libavcodec makes one only when the caller did not) */
+            if (s->stream && (s->stream_flags & PPR_STREAM_OWN_POOL) &&
+                ppr__own_pool_frames(avctx) < 0)
+                break;
             return *p;
         }
     /* never fall back to software on a vulkan session */

@@ -9,6 +9,7 @@
  *   damage.c    which slices of a frame failed: the software decoder's
  *               unwritten samples, the list ppr_concealed_slices() reads
  *   device.c    Vulkan devices shared by the sessions
+ *   ownpool.c   the decoder's frames from a pool of the session's own
  *   session.c   ppr_open/ppr_close, the session's libavcodec decoder
  *   download.c  received frames into the caller's planes, host and CUDA buffers
  *   decode.c    one packet -> one frame (ppr_decode)
@@ -184,6 +185,14 @@ void ppr__device_unhold(void *opaque);
 
 /* FFmpeg 9: let s's device finish its work before its decoder is freed. */
 void ppr__vulkan_idle_before_free(ppr_session *s);
+
+/* ---- ownpool.c ---- */
+
+/* In get_format: give avctx (streaming, the vulkan hwaccel chosen) a frames
+ * context whose frames come from a pool of the session's own: linear images
+ * in device-local memory, exportable (PPR_STREAM_OWN_POOL). 0, or a negative
+ * AVERROR (logged). */
+int ppr__own_pool_frames(AVCodecContext *avctx);
 
 /* ---- session.c ---- */
 

@@ -141,3 +141,35 @@ def test_bench_pump_host_modes(tmp_path):
     assert any(l.startswith("cudacopy q-4444-alpha py-stream-ed-t2 (numpy, 2 in flight): ") for l in lines), lines
     assert all("x py-stream-ed-t2)" in l for l in lines if " py-cuda-host" in l), lines
     assert any(l.startswith(f"cudacopy q-4444-alpha py-cuda-host (py-cuda-host, 8 in flight): ") for l in lines), lines
+
+
+def test_cudacopy_summary_zero_copy_needs_own_pool_frames(tmp_path):
+    """py-cuda-zc (_cuda_copy="none") counts only where every frame was the decoder's
+    own image of the session's pool: the summary fails a run whose frames were copied
+    (or came from the default pool), and reports a good one against numpy and the bar."""
+    def bench_json(copies, pool):
+        modes = {"py-stream-ed": {"steady_fps": 1000.0, "in_flight": 8},
+                 "py-cuda-t16": {"steady_fps": 1400.0, "in_flight": 16,
+                                 "copies": {"shader": 10, "transfer": 0, "cuda": 0, "none": 0}},
+                 "py-cuda-zc-t16": {"steady_fps": 2100.0, "in_flight": 16, "copies": copies,
+                                    "frame_pool": pool, "frames_identical": "4/4"}}
+        p = tmp_path / f"{pool}-{copies['none']}.json"
+        p.write_text(json.dumps({"device": "test", "clips": [{"clip": "c", "modes": modes}]}))
+        return p
+
+    def summary(p):
+        return subprocess.run([sys.executable, str(REPO / "tools" / "gpu" / "bench"),
+                               "--cudacopy-summary", str(p), str(p)],
+                              capture_output=True, text=True, timeout=60)
+
+    good = summary(bench_json({"shader": 0, "transfer": 0, "cuda": 0, "none": 10}, "linear"))
+    assert good.returncode == 0, good.stdout + good.stderr
+    line = next(l for l in good.stdout.splitlines() if l.startswith("cudacopy c py-cuda-zc-t16 "))
+    assert "2100.0 fps, 2.10x numpy, meets the 2x bar" in line and " none 10" in line, line
+    assert "cudacopy c: no copy over the shader copy (py-cuda-zc-t16 / py-cuda-t16) 1.50x" in good.stdout
+    for copies, pool in (({"shader": 10, "transfer": 0, "cuda": 0, "none": 0}, "default"),
+                         ({"shader": 2, "transfer": 0, "cuda": 0, "none": 8}, "linear"),
+                         ({"shader": 0, "transfer": 0, "cuda": 0, "none": 10}, "default")):
+        bad = summary(bench_json(copies, pool))
+        assert bad.returncode == 1 and "NOT the decoder's own images every frame" in bad.stdout, \
+            (copies, pool, bad.stdout)

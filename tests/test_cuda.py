@@ -80,12 +80,13 @@ def test_cuda_copy_modes_named(monkeypatch):
     from pyprores.decode import cuda
     L = native.lib
     assert cuda._COPIES == {"shader": L.PPR_COPY_SHADER, "transfer": L.PPR_COPY_TRANSFER,
-                            "shader-async": L.PPR_COPY_SHADER_ASYNC, "cuda": L.PPR_COPY_CUDA}
+                            "shader-async": L.PPR_COPY_SHADER_ASYNC, "cuda": L.PPR_COPY_CUDA,
+                            "none": L.PPR_COPY_NONE}
     ctx = cuda.CudaContext.__new__(cuda.CudaContext)   # no CUDA here: the name check only
     ctx._ptr = native.ffi.NULL
     with pytest.raises(ValueError, match="'cuda'"):
         ctx.set_copy("cuda-async")
-    assert "cuda_copies" in cuda._STAT_FIELDS
+    assert "cuda_copies" in cuda._STAT_FIELDS and "frames_in_place" in cuda._STAT_FIELDS
 
 
 @needs_vk
@@ -99,6 +100,10 @@ def test_cuda_calls_refuse_bad_arguments():
     assert L.ppr_cuda_dlpack(ffi.NULL, ffi.NULL, 0, 0) == ffi.NULL
     assert L.ppr_cuda_dlpack_at(ffi.NULL, 4096, 2, 2, 0, 0) == ffi.NULL
     assert "bad plane" in native._message()
+    assert L.ppr_cuda_dlpack_strided(ffi.NULL, 4096, 2, 2, 8, 0, 0) == ffi.NULL
+    assert L.ppr_cuda_take_frame(ffi.NULL, ffi.NULL, ffi.new("ppr_cuda_buffer **"),
+                                 ffi.new("ppr_planes *")) == L.PPR_EINVAL
+    assert L.ppr_cuda_frames_in_place(ffi.NULL) == 0
     L.ppr_dlpack_delete(ffi.NULL, 0)
     L.ppr_cuda_close(ffi.NULL)
     L.ppr_cuda_buffer_free(ffi.NULL)

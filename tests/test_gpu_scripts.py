@@ -365,8 +365,9 @@ def test_dry_run_pack_new_layer(tmp_path: Path):
 
 
 def test_dry_run_cudacopy_step(pack: Path, tmp_path: Path):
-    """Issue 33's A/B of the copy into CUDA memory: numpy, the shader copy, CUDA's copy
-    from the decoder's images and the pump without a copy, each at 16 and 17 in flight
+    """Issue 33's A/B of the copy into CUDA memory: numpy, the shader copy, no copy (the
+    decoder's own images), CUDA's copy from the decoder's images and the pump without a
+    copy, each at 16 and 17 in flight
     (numpy at --in-flight and 17), in rounds on the first clip, then the summary over
     the rounds' JSON; --cudacopy-modes chooses other modes."""
     res = gpu_run("--pack", str(pack), "--dry-run", "--clips", "4k-422hq,4k-4444xq", "--cudacopy-rounds", "3",
@@ -376,8 +377,8 @@ def test_dry_run_cudacopy_step(pack: Path, tmp_path: Path):
     assert f"step cudacopy ff10: timeout 240 s, log {out}/cudacopy-ff10.log" in res.stdout
     assert ("3 rounds: python3 tools/gpu/bench --ffmpeg " f"{pack}/ff10 --decbench {pack}/ff10/bin/decbench"
             in res.stdout)
-    assert ("--clips 4k-422hq --modes py-stream-ed,py-stream-ed-t17,py-cuda-t16,py-cuda-t17,py-cuda-cucopy-t16,"
-            "py-cuda-cucopy-t17,py-cuda-nocopy-t16,py-cuda-nocopy-t17 "
+    assert ("--clips 4k-422hq --modes py-stream-ed,py-stream-ed-t17,py-cuda-t16,py-cuda-t17,py-cuda-zc-t16,"
+            "py-cuda-zc-t17,py-cuda-cucopy-t16,py-cuda-cucopy-t17,py-cuda-nocopy-t16,py-cuda-nocopy-t17 "
             f"--json {out}/cudacopy-ff10-rN.json --repeat 1 --in-flight 16" in res.stdout)
     assert "--cudacopy-summary" in res.stdout
     res = gpu_run("--pack", str(pack), "--dry-run", "--cudacopy-modes", "py-stream-ed,py-cuda-xfer-t16",

@@ -31,8 +31,8 @@ from ..model import PLANE_NAMES
 __all__ = ["CudaContext", "CudaPlane", "CudaPlanes"]
 
 KDL_CUDA = 2          # DLPack's kDLCUDA
-# PPR_COPY_SHADER, PPR_COPY_TRANSFER, PPR_COPY_SHADER_ASYNC, PPR_COPY_CUDA
-_COPIES = {"shader": 0, "transfer": 1, "shader-async": 2, "cuda": 3}
+# PPR_COPY_SHADER, PPR_COPY_TRANSFER, PPR_COPY_SHADER_ASYNC, PPR_COPY_CUDA, PPR_COPY_NONE
+_COPIES = {"shader": 0, "transfer": 1, "shader-async": 2, "cuda": 3, "none": 4}
 _ALIGN = 256          # plane offsets in a buffer (CUDA's own allocations are 256-byte aligned)
 # The capsule names (PyCapsule keeps the pointer: these bytes live as long as the module).
 _NAMES = {False: b"dltensor", True: b"dltensor_versioned"}
@@ -80,7 +80,8 @@ class CudaContext:
         self._ptr = ffi.gc(out[0], L.ppr_cuda_close)
         #: the CUDA device ordinal (torch.device("cuda", device_id))
         self.device_id = int(L.ppr_cuda_device(self._ptr))
-        #: how frames are copied into CUDA memory: "shader", "shader-async", "transfer" or "cuda"
+        #: how frames are copied into CUDA memory: "shader", "shader-async", "transfer", "cuda"
+        #: or "none" (the decoder's own images, no copy)
         self.copy = "shader"
         asked = copy or os.environ.get("PYPRORES_CUDA_COPY")
         if asked:
@@ -97,12 +98,14 @@ class CudaContext:
         copier's own; ``"transfer"``: vkCmdCopyImageToBuffer on a transfer queue;
         ``"cuda"``: no Vulkan submission, CUDA copies from the decoder's own
         images (imported once each; where it cannot, the shader copy, and
-        :meth:`copy_fallback` says why). Raises :class:`pyprores.DeviceError`
-        when the device cannot run the shader."""
+        :meth:`copy_fallback` says why); ``"none"``: no copy, the planes are
+        the decoder's own images (the session's frame pool, ``_frame_pool=
+        "linear"``: linear, device-local, imported once each). Raises
+        :class:`pyprores.DeviceError` when the device cannot run the shader."""
         L = native.lib
         if how not in _COPIES:
-            raise ValueError(f"the CUDA copy is 'shader', 'shader-async', 'transfer' or 'cuda', "
-                             f"not {how!r} (PYPRORES_CUDA_COPY)")
+            raise ValueError(f"the CUDA copy is 'shader', 'shader-async', 'transfer', 'cuda' or "
+                             f"'none', not {how!r} (PYPRORES_CUDA_COPY)")
         rc = L.ppr_cuda_set_copy(self._ptr, _COPIES[how])
         if rc < 0:
             native._raise(rc)
@@ -126,12 +129,14 @@ class CudaContext:
 
     def copies(self) -> dict[str, int]:
         """The copies into CUDA memory so far: ``{"shader": n, "transfer": m,
-        "cuda": k}`` (``"cuda"``: by CUDA from the decoder's images)."""
+        "cuda": k, "none": j}`` (``"cuda"``: by CUDA from the decoder's images;
+        ``"none"``: frames handed over in place, no copy)."""
         ffi = native.ffi
         a, b = ffi.new("uint64_t *"), ffi.new("uint64_t *")
         native.lib.ppr_cuda_copies(self._ptr, a, b)
         return {"shader": int(a[0]), "transfer": int(b[0]),
-                "cuda": int(native.lib.ppr_cuda_copies_cuda(self._ptr))}
+                "cuda": int(native.lib.ppr_cuda_copies_cuda(self._ptr)),
+                "none": int(native.lib.ppr_cuda_frames_in_place(self._ptr))}
 
     def syncs(self) -> dict[str, int]:
         """The consumers' synchronisation so far: waits queued on a consumer's
@@ -155,21 +160,25 @@ class CudaContext:
 
 class CudaPlane:
     """One plane of a frame in CUDA memory: uint16 samples, ``shape`` (rows,
-    samples), rows contiguous. A DLPack producer: ``torch.from_dlpack(plane)``,
+    samples), rows ``stride`` bytes apart (contiguous but for the decoder's own
+    images, ``_cuda_copy="none"``). A DLPack producer: ``torch.from_dlpack(plane)``,
     ``cupy.from_dlpack(plane)``; each call makes a new tensor of the same
     memory, and the consumer's stream waits for the frame's copy. The plane
     (and each tensor made of it) keeps its buffer alive."""
 
-    __slots__ = ("_handle", "_ptr", "shape", "device_id", "__weakref__")
+    __slots__ = ("_handle", "_ptr", "shape", "device_id", "stride", "__weakref__")
 
     dtype = np.dtype(np.uint16)
     ndim = 2
 
-    def __init__(self, handle: Any, ptr: int, shape: tuple[int, int], device_id: int) -> None:
+    def __init__(self, handle: Any, ptr: int, shape: tuple[int, int], device_id: int,
+                 stride: int | None = None) -> None:
         self._handle = handle     # the buffer's reference: the plane keeps it alive
         self._ptr = ptr
         self.shape = shape
         self.device_id = device_id
+        #: bytes from one row to the next
+        self.stride = shape[1] * 2 if stride is None else int(stride)
 
     @property
     def data_ptr(self) -> int:
@@ -179,6 +188,11 @@ class CudaPlane:
     @property
     def nbytes(self) -> int:
         return self.shape[0] * self.shape[1] * 2
+
+    @property
+    def strides(self) -> tuple[int, int]:
+        """Bytes between rows and between samples (as numpy's strides)."""
+        return (self.stride, 2)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return (KDL_CUDA, self.device_id)
@@ -200,8 +214,13 @@ class CudaPlane:
         prof = PROFILE
         if prof is not None:
             t0 = time.perf_counter_ns()
-        managed = L.ppr_cuda_dlpack_at(self._handle, self._ptr, self.shape[0], self.shape[1],
-                                       0 if stream is None else stream, int(versioned))
+        if self.stride == self.shape[1] * 2:
+            managed = L.ppr_cuda_dlpack_at(self._handle, self._ptr, self.shape[0], self.shape[1],
+                                           0 if stream is None else stream, int(versioned))
+        else:   # the decoder's own image: rows padded to its row pitch
+            managed = L.ppr_cuda_dlpack_strided(self._handle, self._ptr, self.shape[0],
+                                                self.shape[1], self.stride,
+                                                0 if stream is None else stream, int(versioned))
         if managed == native.ffi.NULL:
             native._raise(L.PPR_ENODEVICE)
         if prof is not None:
@@ -254,6 +273,25 @@ class CudaPlanes:
     def tensors_alive(self) -> bool:
         """True while a DLPack tensor made of these planes lives."""
         return native.lib.ppr_cuda_buffer_refs(self.handle) > 1
+
+
+def take_frame(cuda: CudaContext, session_ptr: Any) -> dict[str, CudaPlane]:
+    """The received frame's planes in place (``_cuda_copy="none"``): the
+    decoder's own images, no copy (``ppr_cuda_take_frame``); the planes hold
+    the frame, so its images go back to the pool once they and their tensors
+    are gone."""
+    L, ffi = native.lib, native.ffi
+    out, planes = ffi.new("ppr_cuda_buffer **"), ffi.new("ppr_planes *")
+    rc = L.ppr_cuda_take_frame(session_ptr, cuda._ptr, out, planes)
+    if rc < 0:
+        native._raise(rc, session_ptr)
+    handle = ffi.gc(out[0], L.ppr_cuda_buffer_free)
+    arrays = {}
+    for i in range(planes.count):
+        p = planes.plane[i]
+        arrays[PLANE_NAMES[i]] = CudaPlane(handle, int(ffi.cast("uintptr_t", p.data)),
+                                           (p.height, p.width), cuda.device_id, p.stride)
+    return arrays
 
 
 # -- the pump: send, receive and copy on a thread of the C library's own --------
@@ -379,7 +417,7 @@ def pump_frames(dec: Any, ptr: Any, sink: str, depth: int) -> Any:
                 for i in range(planes.count):
                     p = planes.plane[i]
                     arrays[names[i]] = CudaPlane(handle, int(ffi.cast("uintptr_t", p.data)),
-                                                 (p.height, p.width), device_id)
+                                                 (p.height, p.width), device_id, p.stride)
                 handle = None
             elif sink.startswith("host"):
                 arrays = _host_arrays(f)
@@ -417,7 +455,8 @@ def pump_frames(dec: Any, ptr: Any, sink: str, depth: int) -> Any:
 
 _STAT_FIELDS = ("frames", "packets", "input_ns", "send_ns", "receive_ns", "buffer_ns", "copy_ns",
                 "output_ns", "next_wait_ns", "thread_cpu_ns", "buffers_made", "shader_copies",
-                "transfer_copies", "copy_gpu_ns", "copies_gpu_timed", "cuda_copies")
+                "transfer_copies", "copy_gpu_ns", "copies_gpu_timed", "cuda_copies",
+                "frames_in_place")
 
 
 def _stats(pump: Any) -> dict[str, int]:

@@ -386,7 +386,8 @@ class StreamDecoder(native.Closeable):
                  codec_tag: native.CodecTag | None = None, err_detect: bool = True,
                  prefetch: int = 2, download_thread: bool = False,
                  gpu_download: bool | None = None, output: str = "numpy",
-                 _pump: str | None = None, _cuda_copy: str | None = None) -> None:
+                 _pump: str | None = None, _cuda_copy: str | None = None,
+                 _frame_pool: str | None = None) -> None:
         if max_in_flight is None:   # CUDA frames: the decoder's rate needs more in flight
             max_in_flight = _IN_FLIGHT_CUDA if output == "cuda" else _IN_FLIGHT
         if int(max_in_flight) < 1:
@@ -397,10 +398,22 @@ class StreamDecoder(native.Closeable):
                                  or download_thread):
             raise ValueError("output='cuda' needs the vulkan backend, and buffers of the decoder's "
                              "own (reuse_buffers=False, no gpu_download or download_thread)")
-        if _cuda_copy not in (None, "shader", "shader-async", "transfer", "cuda") or \
+        if _cuda_copy not in (None, "shader", "shader-async", "transfer", "cuda", "none") or \
                 (_cuda_copy and output != "cuda"):
-            raise ValueError(f"_cuda_copy is 'shader', 'shader-async', 'transfer' or 'cuda', with "
-                             f"output='cuda' (not {_cuda_copy!r} with output={output!r})")
+            raise ValueError(f"_cuda_copy is 'shader', 'shader-async', 'transfer', 'cuda' or 'none', "
+                             f"with output='cuda' (not {_cuda_copy!r} with output={output!r})")
+        # _frame_pool="linear": the decoder's frames from a pool of the session's own (linear
+        # images in device-local memory, exportable: csrc/ownpool.c), which _cuda_copy="none"
+        # hands to CUDA in place; any output takes them (tests compare them with the default)
+        if _frame_pool not in (None, "default", "linear") or (_frame_pool and backend != "vulkan"):
+            raise ValueError(f"_frame_pool is 'default' or 'linear' with the vulkan backend "
+                             f"(not {_frame_pool!r} with backend={backend!r})")
+        if _cuda_copy == "none" and _frame_pool == "default":
+            raise ValueError("_cuda_copy='none' hands CUDA the decoder's own images: "
+                             "_frame_pool='linear' (or None)")
+        #: "linear" when the frames come from the session's own pool, else "default"
+        in_place = output == "cuda" and (_cuda_copy or os.environ.get("PYPRORES_CUDA_COPY")) == "none"
+        self.frame_pool = "linear" if _frame_pool == "linear" or in_place else "default"
         #: "numpy" or "cuda" (planes are pyprores.decode.cuda.CudaPlane, DLPack producers)
         self.output = output
         if int(prefetch) < 0:
@@ -481,6 +494,8 @@ class StreamDecoder(native.Closeable):
             try:
                 self._session = native.Session(backend, device, threads)
                 flags = native.lib.PPR_STREAM_ERR_DETECT if err_detect else 0
+                if self.frame_pool == "linear":
+                    flags |= native.lib.PPR_STREAM_OWN_POOL
                 rc = native.lib.ppr_stream_config(self._session._live(), self.max_in_flight, flags)
                 if rc < 0:
                     native._raise(rc, self._session._live())
@@ -803,7 +818,9 @@ class StreamDecoder(native.Closeable):
         nothing holds any more (no plane, frame or tensor), or a new one. The
         frame is delivered at once: its planes' consumers wait for the copy in
         their CUDA stream."""
-        from .cuda import CudaPlanes
+        from .cuda import CudaPlanes, take_frame
+        if self._cuda.copy == "none":   # the decoder's own images: no copy
+            return self._frame(c_frame, take_frame(self._cuda, ptr))
         shapes = _shapes(c_frame.layout)
         for planes in self._spare:
             if isinstance(planes, CudaPlanes) and planes.shapes == shapes and \

@@ -11,6 +11,11 @@
  *   VK_INSTANCE_LAYERS, predates it and the first vkCreateShadersEXT crashes);
  * - with FD_ALIGN1 set, reports optimalBufferCopyOffsetAlignment and
  *   optimalBufferCopyRowPitchAlignment as 1, as NVIDIA's driver does;
+ * - with FD_FAKE_SEM_FD set, offers VK_KHR_external_semaphore_fd where the driver lacks it
+ *   (lavapipe): the extension is left out of vkCreateDevice, VkExportSemaphoreCreateInfo out of
+ *   vkCreateSemaphore, vkGetSemaphoreFdKHR gives an eventfd that signals nothing and
+ *   vkImportSemaphoreFdKHR refuses (for
+ *   tests/test_frame_pool.py's fake CUDA driver, which imports and closes it);
  * - with FD_STATS=FILE, appends counts of a few calls to FILE when it is unloaded.
  * Dispatch is kept per instance and per device (keyed by the loader's dispatch pointer), as
  * instances and devices with different layer chains may live side by side. */
@@ -19,6 +24,7 @@
 #include <string.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/eventfd.h>
 #include <vulkan/vulkan.h>
 #include <vulkan/vk_layer.h>
 
@@ -46,6 +52,7 @@ typedef struct Dev {
     PFN_vkGetMemoryHostPointerPropertiesEXT hostptr;
     PFN_vkQueueSubmit2 submit2;
     PFN_vkGetSemaphoreCounterValue semval;
+    PFN_vkCreateSemaphore create_sem;
 } Dev;
 static Inst insts[MAX_OBJ];
 static Dev devs[MAX_OBJ];
@@ -147,14 +154,14 @@ static VKAPI_ATTR VkResult VKAPI_CALL fd_enum_dev_ext(VkPhysicalDevice pd, const
     VkResult ret;
 
     int no_mem = !!getenv("FD_NO_HOST_MEMORY"), no_hic = !!getenv("FD_NO_HOST_IMAGE_COPY");
-    int no_so = !!getenv("FD_NO_SHADER_OBJECT");
+    int no_so = !!getenv("FD_NO_SHADER_OBJECT"), fake_sem = !!getenv("FD_FAKE_SEM_FD");
 
-    if (layer || (!no_mem && !no_hic && !no_so))
+    if (layer || (!no_mem && !no_hic && !no_so && !fake_sem))
         return in->enum_dev_ext(pd, layer, count, props);
     ret = in->enum_dev_ext(pd, NULL, &n, NULL);
     if (ret != VK_SUCCESS)
         return ret;
-    all = calloc(n ? n : 1, sizeof(*all));
+    all = calloc(n + 1, sizeof(*all));
     ret = in->enum_dev_ext(pd, NULL, &n, all);
     if (ret != VK_SUCCESS && ret != VK_INCOMPLETE) {
         free(all);
@@ -165,6 +172,17 @@ static VKAPI_ATTR VkResult VKAPI_CALL fd_enum_dev_ext(VkPhysicalDevice pd, const
             !(no_hic && !strcmp(all[i].extensionName, VK_EXT_HOST_IMAGE_COPY_EXTENSION_NAME)) &&
             !(no_so && !strcmp(all[i].extensionName, VK_EXT_SHADER_OBJECT_EXTENSION_NAME)))
             all[m++] = all[i];
+    if (fake_sem) {
+        uint32_t i;
+        for (i = 0; i < m && strcmp(all[i].extensionName, VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME); i++)
+            ;
+        if (i == m) {
+            memset(&all[m], 0, sizeof(all[m]));
+            snprintf(all[m].extensionName, sizeof(all[m].extensionName), "%s",
+                     VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME);
+            all[m++].specVersion = 1;
+        }
+    }
     if (!props) {
         *count = m;
         free(all);
@@ -231,6 +249,35 @@ static VKAPI_ATTR void VKAPI_CALL fd_destroy_instance(VkInstance inst, const VkA
 }
 
 /* ---- device level */
+/* FD_FAKE_SEM_FD: semaphores made without the export the driver cannot do */
+static VKAPI_ATTR VkResult VKAPI_CALL fd_create_sem(VkDevice d, const VkSemaphoreCreateInfo *ci,
+                                                   const VkAllocationCallbacks *a, VkSemaphore *sem)
+{
+    VkSemaphoreCreateInfo c = *ci;
+    VkSemaphoreTypeCreateInfo type;
+    const VkBaseInStructure *p;
+
+    c.pNext = NULL;
+    for (p = ci->pNext; p; p = p->pNext)
+        if (p->sType == VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO) {
+            type = *(const VkSemaphoreTypeCreateInfo *)p;
+            type.pNext = NULL;
+            c.pNext = &type;
+        }
+    return dev_get(key_of(d))->create_sem(d, &c, a, sem);
+}
+
+static VKAPI_ATTR VkResult VKAPI_CALL fd_get_sem_fd(VkDevice d, const VkSemaphoreGetFdInfoKHR *info, int *fd)
+{
+    *fd = eventfd(0, EFD_CLOEXEC);
+    return *fd < 0 ? VK_ERROR_TOO_MANY_OBJECTS : VK_SUCCESS;
+}
+
+static VKAPI_ATTR VkResult VKAPI_CALL fd_import_sem_fd(VkDevice d, const VkImportSemaphoreFdInfoKHR *info)
+{
+    return VK_ERROR_INVALID_EXTERNAL_HANDLE;
+}
+
 static VKAPI_ATTR void VKAPI_CALL fd_i2b(VkCommandBuffer cb, VkImage img, VkImageLayout l, VkBuffer buf,
                                          uint32_t n, const VkBufferImageCopy *r)
 {
@@ -290,7 +337,19 @@ static VKAPI_ATTR VkResult VKAPI_CALL fd_create_device(VkPhysicalDevice pd, cons
     gdpa = li->u.pLayerInfo->pfnNextGetDeviceProcAddr;
     li->u.pLayerInfo = li->u.pLayerInfo->pNext;
     create = (PFN_vkCreateDevice)gipa(inst_of_pd(pd)->inst, "vkCreateDevice");
-    ret = create(pd, ci, a, dev);
+    if (getenv("FD_FAKE_SEM_FD")) {     /* the driver does not know the extension offered */
+        VkDeviceCreateInfo c = *ci;
+        const char **names = calloc(ci->enabledExtensionCount + 1, sizeof(*names));
+        c.enabledExtensionCount = 0;
+        for (uint32_t i = 0; i < ci->enabledExtensionCount; i++)
+            if (strcmp(ci->ppEnabledExtensionNames[i], VK_KHR_EXTERNAL_SEMAPHORE_FD_EXTENSION_NAME))
+                names[c.enabledExtensionCount++] = ci->ppEnabledExtensionNames[i];
+        c.ppEnabledExtensionNames = names;
+        ret = create(pd, &c, a, dev);
+        free(names);
+    } else {
+        ret = create(pd, ci, a, dev);
+    }
     if (ret != VK_SUCCESS)
         return ret;
     pthread_mutex_lock(&lock);
@@ -308,6 +367,7 @@ static VKAPI_ATTR VkResult VKAPI_CALL fd_create_device(VkPhysicalDevice pd, cons
     if (!dv->submit2)
         GET(submit2, PFN_vkQueueSubmit2, "vkQueueSubmit2KHR");
     GET(semval, PFN_vkGetSemaphoreCounterValue, "vkGetSemaphoreCounterValue");
+    GET(create_sem, PFN_vkCreateSemaphore, "vkCreateSemaphore");
     if (!dv->semval)
         GET(semval, PFN_vkGetSemaphoreCounterValue, "vkGetSemaphoreCounterValueKHR");
 #undef GET
@@ -326,6 +386,11 @@ EXPORT VKAPI_ATTR PFN_vkVoidFunction VKAPI_CALL fd_GetDeviceProcAddr(VkDevice de
     WRAP("vkQueueSubmit2KHR", fd_submit2, submit2)
     WRAP("vkGetSemaphoreCounterValue", fd_semval, semval)
     WRAP("vkGetSemaphoreCounterValueKHR", fd_semval, semval)
+    if (getenv("FD_FAKE_SEM_FD")) {
+        WRAP("vkCreateSemaphore", fd_create_sem, create_sem)
+        if (!strcmp(name, "vkGetSemaphoreFdKHR")) return (PFN_vkVoidFunction)fd_get_sem_fd;
+        if (!strcmp(name, "vkImportSemaphoreFdKHR")) return (PFN_vkVoidFunction)fd_import_sem_fd;
+    }
 #undef WRAP
     if (!strcmp(name, "vkGetDeviceProcAddr")) return (PFN_vkVoidFunction)fd_GetDeviceProcAddr;
     return dv->gdpa(dev, name);
