@@ -130,6 +130,7 @@ import pyprores
 from pyprores.errors import DeviceError
 from pyprores.decode import native
 path, mode = sys.argv[1], sys.argv[2]
+copy = sys.argv[3] if len(sys.argv) > 3 else "none"
 fake = ctypes.CDLL("libcuda.so.1")
 fake.fake_cuda_count.restype = ctypes.c_long
 fake.fake_cuda_mapped.restype = ctypes.c_longlong
@@ -162,9 +163,9 @@ def tensor(cap):    # what a consumer reads: DLManagedTensor's dl_tensor comes f
 out = {"frames": 0, "bad": [], "strided": 0}
 kept, caps = [], []
 kw = {"_pump": "off"} if mode == "loop" else {}
-with pyprores.open_decoder(path, output="cuda", _cuda_copy="none", max_in_flight=3, **kw) as dec:
+with pyprores.open_decoder(path, output="cuda", _cuda_copy=copy, max_in_flight=3, **kw) as dec:
     out["frame_pool"] = dec.frame_pool
-    def settled(p):     # a tensor whose stream need not wait: the host sees the decode ended
+    def settled(p):     # a tensor whose stream need not wait: the host sees the decode (copy) ended
         for _ in range(1000):
             before = dec._cuda.syncs()["waits_skipped"]
             cap = p.__dlpack__(stream=5)     # a stream of the caller's own
@@ -269,3 +270,43 @@ def test_zero_copy_on_a_fake_cuda_driver(paths, odd_clip, fake_cuda, fake_discre
             assert c["cuEventRecord"] > 0 and c["cuEventQuery"] > 0, what
         else:
             assert c["cuEventRecord"] == 0, what
+
+
+# The copies into buffers of the pool of CUDA memory (the default output="cuda": the compute
+# shader; the transfer queue) through the same fake driver: planes sample for sample the numpy
+# path's, unpadded rows; a tensor made once the host sees its copy ended queues no wait on its
+# stream, and a tensor dropped on an idle stream records no event (both are CUDA work beside
+# the decoder, which slows it on NVIDIA: docs/PYTHON.md); on a busy stream it does, and the
+# buffer is written again only once that event completed.
+@pytest.mark.parametrize("copy,busy", [("shader", False), ("shader", True), ("transfer", False)])
+def test_copies_on_a_fake_cuda_driver(paths, odd_clip, fake_cuda, fake_discrete_layer, copy, busy):
+    from conftest import FAKE_DISCRETE_LAYER, vulkan_env
+    env = vulkan_env(validate=False)
+    env.update(LD_LIBRARY_PATH=f"{fake_cuda}:{env.get('LD_LIBRARY_PATH', '')}",
+               VK_ADD_LAYER_PATH=str(fake_discrete_layer), VK_INSTANCE_LAYERS=FAKE_DISCRETE_LAYER,
+               FD_FAKE_SEM_FD="1", PYPRORES_VALIDATION="0", PYPRORES_CUDA_COPY="",
+               FAKE_CUDA_FD_HEADER="4096")
+    if busy:
+        env.update(FAKE_CUDA_STREAM_BUSY="1", FAKE_CUDA_EVENT_POLLS="1")
+    for name, path in {"hq422": paths["hq422"], "odd422": odd_clip}.items():
+        res = subprocess.run([sys.executable, "-c", CHILD, str(path), "pump", copy], env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr[-3000:]
+        out = json.loads(res.stdout.strip().splitlines()[-1])
+        what = f"{name} {copy}{' busy' if busy else ''}: {out}"
+        n = 12 if name == "odd422" else FRAMES
+        assert out["frames"] == out["want"] == n and not out["bad"] and out["kept_equal"], what
+        assert out["copies"][copy] == n and out["copies"]["none"] == 0, what
+        assert out["strided"] == 0, what            # the buffers' planes: rows unpadded
+        # settled() takes each plane again until the host sees its copy ended: a wait is
+        # queued only for a copy still running, and each one is a call to the driver
+        c = out["calls"]
+        assert out["syncs"]["waits_skipped"] >= 3 * n, what
+        assert c["cuWaitExternalSemaphoresAsync"] == out["syncs"]["waits"], what
+        if busy:
+            assert out["syncs"]["events"] > 0 and c["cuEventRecord"] > 0, what
+        else:
+            assert out["syncs"]["events"] == 0 and out["syncs"]["events_skipped"] > 0, what
+            assert c["cuEventRecord"] == 0, what
+        assert out["live_after"] == [0, 0] and out["mapped_after"] == 0, what
+        assert c["cuDevicePrimaryCtxRetain"] == c["cuDevicePrimaryCtxRelease"] == 1, what
