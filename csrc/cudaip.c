@@ -445,6 +445,62 @@ static void cuda_unref(ppr_cuda *c)
         }                                                                      \
     } while (0)
 
+/* Vulkan memory of `size` bytes imported into CUDA through an opaque fd, which
+ * CUDA owns once it took it; `dedicated`: allocated for one image or buffer
+ * alone, as the import must say. c->ctx current. 0, or an error (its message
+ * set). */
+static int import_memory(ppr_cuda *c, VkDeviceMemory mem, uint64_t size, int dedicated,
+                         CUexternalMemory *out)
+{
+    cu_ext_mem_desc d = {
+        .type = CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD,
+        .size = size,
+        .flags = dedicated ? CUDA_EXTERNAL_MEMORY_DEDICATED : 0,
+    };
+    CUresult cr;
+    VkResult r;
+    int fd = -1;
+
+    r = c->vk.GetMemoryFdKHR(c->dev, &(VkMemoryGetFdInfoKHR) {
+            .sType = VK_STRUCTURE_TYPE_MEMORY_GET_FD_INFO_KHR,
+            .memory = mem,
+            .handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT,
+        }, &fd);
+    if (r != VK_SUCCESS)
+        return ppr__vk_fail(r, "vkGetMemoryFdKHR");
+    d.handle.fd = fd;
+    if ((cr = g_cu.ImportExternalMemory(out, &d))) {
+        close(fd);
+        *out = NULL;
+        return cu_fail(cr, "cuImportExternalMemory");
+    }
+    return 0;
+}
+
+/* A timeline semaphore imported into CUDA the same way. */
+static int import_timeline(ppr_cuda *c, VkSemaphore sem, CUexternalSemaphore *out)
+{
+    cu_ext_sem_desc d = { .type = CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD };
+    CUresult cr;
+    VkResult r;
+    int fd = -1;
+
+    r = c->vk.GetSemaphoreFdKHR(c->dev, &(VkSemaphoreGetFdInfoKHR) {
+            .sType = VK_STRUCTURE_TYPE_SEMAPHORE_GET_FD_INFO_KHR,
+            .semaphore = sem,
+            .handleType = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT,
+        }, &fd);
+    if (r != VK_SUCCESS)
+        return ppr__vk_fail(r, "vkGetSemaphoreFdKHR");
+    d.handle.fd = fd;
+    if ((cr = g_cu.ImportExternalSemaphore(out, &d))) {
+        close(fd);
+        *out = NULL;
+        return cu_fail(cr, "cuImportExternalSemaphore (timeline fd)");
+    }
+    return 0;
+}
+
 int ppr__cuda_create(ppr_cuda **out, AVBufferRef *device, const char *device_name,
                      void (*release)(void *), void *release_opaque)
 {
@@ -456,7 +512,6 @@ int ppr__cuda_create(ppr_cuda **out, AVBufferRef *device, const char *device_nam
     ppr_cuda *c;
     CUcontext old;
     int ret, n = 0, i, nb_queues = 1, pushed = 0;
-    int fd = -1;
 
     *out = NULL;
     pthread_once(&g_cu_once, cuda_load);
@@ -554,19 +609,10 @@ int ppr__cuda_create(ppr_cuda **out, AVBufferRef *device, const char *device_nam
                     .initialValue = 0,
                 },
             }, c->alloc, &c->ready), "vkCreateSemaphore (exportable timeline)");
-    PPR_VKCHECK(c->vk.GetSemaphoreFdKHR(c->dev, &(VkSemaphoreGetFdInfoKHR) {
-                .sType = VK_STRUCTURE_TYPE_SEMAPHORE_GET_FD_INFO_KHR,
-                .semaphore = c->ready,
-                .handleType = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT,
-            }, &fd), "vkGetSemaphoreFdKHR");
     CUCHECK(g_cu.CtxPushCurrent(c->ctx), "cuCtxPushCurrent");
     pushed = 1;
-    {
-        cu_ext_sem_desc d = { .type = CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD };
-        d.handle.fd = fd;
-        CUCHECK(g_cu.ImportExternalSemaphore(&c->cu_ready, &d), "cuImportExternalSemaphore");
-        fd = -1;   /* CUDA owns it now */
-    }
+    if ((ret = import_timeline(c, c->ready, &c->cu_ready)) < 0)
+        goto fail;
     g_cu.CtxPopCurrent(&old);
     pushed = 0;
 
@@ -582,8 +628,6 @@ int ppr__cuda_create(ppr_cuda **out, AVBufferRef *device, const char *device_nam
 fail:
     if (pushed)
         g_cu.CtxPopCurrent(&old);
-    if (fd >= 0)
-        close(fd);
     cuda_unref(c);
     return ret;
 fail_early:
@@ -828,7 +872,7 @@ ppr_cuda_buffer *ppr_cuda_buffer_new(ppr_cuda *c, size_t size)
     ppr_cuda_buffer *b;
     CUcontext old;
     uint32_t i;
-    int ret, type = -1, fd = -1, pushed = 0;
+    int ret, type = -1, pushed = 0;
 
     ppr__clear_error();
     if (!c || !size || size > ((size_t)1 << 40)) {
@@ -881,27 +925,14 @@ ppr_cuda_buffer *ppr_cuda_buffer_new(ppr_cuda *c, size_t size)
                 .memoryTypeIndex = type,
             }, c->alloc, &b->mem), "vkAllocateMemory (exportable)");
     PPR_VKCHECK(c->vk.BindBufferMemory(c->dev, b->buf, b->mem, 0), "vkBindBufferMemory");
-    PPR_VKCHECK(c->vk.GetMemoryFdKHR(c->dev, &(VkMemoryGetFdInfoKHR) {
-                .sType = VK_STRUCTURE_TYPE_MEMORY_GET_FD_INFO_KHR,
-                .memory = b->mem,
-                .handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT,
-            }, &fd), "vkGetMemoryFdKHR");
 
     CUCHECK(g_cu.CtxPushCurrent(c->ctx), "cuCtxPushCurrent");
     pushed = 1;
-    {
-        cu_ext_mem_desc d = {
-            .type = CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD,
-            .size = req.size,
-            .flags = CUDA_EXTERNAL_MEMORY_DEDICATED,
-        };
-        cu_ext_mem_buffer_desc bd = { .offset = 0, .size = size };
-        d.handle.fd = fd;
-        CUCHECK(g_cu.ImportExternalMemory(&b->ext, &d), "cuImportExternalMemory");
-        fd = -1;   /* CUDA owns it now */
-        CUCHECK(g_cu.ExternalMemoryGetMappedBuffer(&b->ptr, b->ext, &bd),
-                "cuExternalMemoryGetMappedBuffer");
-    }
+    if ((ret = import_memory(c, b->mem, req.size, 1, &b->ext)) < 0)
+        goto fail;
+    CUCHECK(g_cu.ExternalMemoryGetMappedBuffer(&b->ptr, b->ext, &(cu_ext_mem_buffer_desc) {
+                .offset = 0, .size = size,
+            }), "cuExternalMemoryGetMappedBuffer");
     g_cu.CtxPopCurrent(&old);
     pushed = 0;
 
@@ -912,8 +943,6 @@ ppr_cuda_buffer *ppr_cuda_buffer_new(ppr_cuda *c, size_t size)
 fail:
     if (pushed)
         g_cu.CtxPopCurrent(&old);
-    if (fd >= 0)
-        close(fd);
     buffer_destroy(b);
     (void)ret;
     return NULL;
@@ -1027,21 +1056,16 @@ static int frames_unexportable(ppr_cuda *c, const AVHWFramesContext *fc, int nb,
 static int image_import(ppr_cuda *c, const AVHWFramesContext *fc, const AVVkFrame *vkf, int nb,
                         cuda_image *im, char *why, size_t size)
 {
-    const char *what = NULL;
-    CUresult cr = 0;
-    VkResult r;
-    int i, fd;
+    CUresult cr;
+    int i, ret = 0;
 
     im->vkf = vkf;
     im->nb = nb;
-    for (i = 0; i < nb; i++) {
+    for (i = 0; i < nb && ret >= 0; i++) {
         VkMemoryDedicatedRequirements ded = {
             .sType = VK_STRUCTURE_TYPE_MEMORY_DEDICATED_REQUIREMENTS,
         };
         VkMemoryRequirements2 req = { .sType = VK_STRUCTURE_TYPE_MEMORY_REQUIREMENTS_2, .pNext = &ded };
-        cu_ext_mem_desc md = { .type = CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD };
-        cu_ext_mem_mipmap_desc ad = { .numLevels = 1 };
-        cu_ext_sem_desc sd = { .type = CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD };
 
         if (!vkf->img[i] || !vkf->mem[i] || !vkf->sem[i] || !vkf->size[i]) {
             snprintf(why, size, "the decoder's frame has no image, memory or semaphore for plane %d", i);
@@ -1055,64 +1079,32 @@ static int image_import(ppr_cuda *c, const AVHWFramesContext *fc, const AVVkFram
                 .sType = VK_STRUCTURE_TYPE_IMAGE_MEMORY_REQUIREMENTS_INFO_2,
                 .image = vkf->img[i],
             }, &req);
-        fd = -1;
-        r = c->vk.GetMemoryFdKHR(c->dev, &(VkMemoryGetFdInfoKHR) {
-                .sType = VK_STRUCTURE_TYPE_MEMORY_GET_FD_INFO_KHR,
-                .memory = vkf->mem[i],
-                .handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT,
-            }, &fd);
-        if (r != VK_SUCCESS) {
-            snprintf(why, size, "vkGetMemoryFdKHR of plane %d's image failed (VkResult %d)", i, (int)r);
-            return 1;
-        }
-        md.handle.fd = fd;
-        md.size = vkf->size[i];
-        md.flags = ded.prefersDedicatedAllocation || ded.requiresDedicatedAllocation ?
-                   CUDA_EXTERNAL_MEMORY_DEDICATED : 0;
-        if ((cr = g_cu.ImportExternalMemory(&im->ext[i], &md))) {
-            close(fd);
-            im->ext[i] = NULL;
-            what = "cuImportExternalMemory";
+        if ((ret = import_memory(c, vkf->mem[i], vkf->size[i],
+                                 ded.prefersDedicatedAllocation || ded.requiresDedicatedAllocation,
+                                 &im->ext[i])) < 0)
             break;
-        }
-        ad.offset = vkf->offset[i];
-        ad.arrayDesc = (cu_array3d_desc) {
-            .Width = im->w[i], .Height = im->h[i], .Depth = 0,
-            .Format = CU_AD_FORMAT_UNSIGNED_INT16, .NumChannels = 1, .Flags = 0,
-        };
-        if ((cr = g_cu.ExternalMemoryGetMappedMipmappedArray(&im->mma[i], im->ext[i], &ad))) {
+        if ((cr = g_cu.ExternalMemoryGetMappedMipmappedArray(&im->mma[i], im->ext[i],
+                &(cu_ext_mem_mipmap_desc) {
+                    .offset = vkf->offset[i],
+                    .arrayDesc = {
+                        .Width = im->w[i], .Height = im->h[i], .Depth = 0,
+                        .Format = CU_AD_FORMAT_UNSIGNED_INT16, .NumChannels = 1, .Flags = 0,
+                    },
+                    .numLevels = 1,
+                }))) {
             im->mma[i] = NULL;
-            what = "cuExternalMemoryGetMappedMipmappedArray";
+            ret = cu_fail(cr, "cuExternalMemoryGetMappedMipmappedArray");
             break;
         }
         if ((cr = g_cu.MipmappedArrayGetLevel(&im->arr[i], im->mma[i], 0))) {
-            what = "cuMipmappedArrayGetLevel";
+            ret = cu_fail(cr, "cuMipmappedArrayGetLevel");
             break;
         }
-        fd = -1;
-        r = c->vk.GetSemaphoreFdKHR(c->dev, &(VkSemaphoreGetFdInfoKHR) {
-                .sType = VK_STRUCTURE_TYPE_SEMAPHORE_GET_FD_INFO_KHR,
-                .semaphore = vkf->sem[i],
-                .handleType = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT,
-            }, &fd);
-        if (r != VK_SUCCESS) {
-            snprintf(why, size, "vkGetSemaphoreFdKHR of plane %d's semaphore failed (VkResult %d)",
-                     i, (int)r);
-            return 1;
-        }
-        sd.handle.fd = fd;
-        if ((cr = g_cu.ImportExternalSemaphore(&im->sem[i], &sd))) {
-            close(fd);
-            im->sem[i] = NULL;
-            what = "cuImportExternalSemaphore (timeline fd)";
-            break;
-        }
+        ret = import_timeline(c, vkf->sem[i], &im->sem[i]);
     }
-    if (what) {
-        const char *s = NULL;
-        g_cu.GetErrorString(cr, &s);
-        snprintf(why, size, "%s of plane %d of the decoder's image failed: %s (CUresult %d)",
-                 what, i, s ? s : "?", cr);
+    if (ret < 0) {      /* not an error: the frames go to the shader copy, this is why */
+        snprintf(why, size, "plane %d of the decoder's image: %s", i, ppr__thread_error());
+        ppr__clear_error();
         return 1;
     }
     return 0;
@@ -1391,11 +1383,9 @@ static void *zc_swap(void *old, void *arg)
     ppr_cuda *c = m->c;
     const AVVkFrame *vkf = m->vkf;
     zc_import *z;
-    const char *what = NULL;
     CUcontext cold;
-    CUresult cr = 0;
-    VkResult r;
-    int i, fd;
+    CUresult cr;
+    int i;
 
     if (old && ((zc_import *)old)->c == c)
         return old;
@@ -1411,58 +1401,20 @@ static void *zc_swap(void *old, void *arg)
         zc_import_free(z);
         return old;
     }
-    for (i = 0; i < z->nb && !what; i++) {
-        cu_ext_mem_desc md = { .type = CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD };
-        cu_ext_mem_buffer_desc bd = { .offset = 0, .size = m->info->mem_size[i] };
-        cu_ext_sem_desc sd = { .type = CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD };
-
-        fd = -1;
-        r = c->vk.GetMemoryFdKHR(c->dev, &(VkMemoryGetFdInfoKHR) {
-                .sType = VK_STRUCTURE_TYPE_MEMORY_GET_FD_INFO_KHR,
-                .memory = vkf->mem[i],
-                .handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT,
-            }, &fd);
-        if (r != VK_SUCCESS) {
-            m->ret = ppr__fail(PPR_ENODEVICE, "vkGetMemoryFdKHR of plane %d's image of the frame "
-                               "pool failed (VkResult %d)", i, (int)r);
+    for (i = 0; i < z->nb && m->ret >= 0; i++) {
+        if ((m->ret = import_memory(c, vkf->mem[i], m->info->mem_size[i], m->info->dedicated[i],
+                                    &z->ext[i])) < 0)
             break;
-        }
-        md.handle.fd = fd;
-        md.size = m->info->mem_size[i];
-        md.flags = m->info->dedicated[i] ? CUDA_EXTERNAL_MEMORY_DEDICATED : 0;
-        if ((cr = g_cu.ImportExternalMemory(&z->ext[i], &md))) {
-            close(fd);
-            z->ext[i] = NULL;
-            what = "cuImportExternalMemory";
-            break;
-        }
-        if ((cr = g_cu.ExternalMemoryGetMappedBuffer(&z->base[i], z->ext[i], &bd))) {
+        if ((cr = g_cu.ExternalMemoryGetMappedBuffer(&z->base[i], z->ext[i], &(cu_ext_mem_buffer_desc) {
+                    .offset = 0, .size = m->info->mem_size[i],
+                }))) {
             z->base[i] = 0;
-            what = "cuExternalMemoryGetMappedBuffer";
+            m->ret = cu_fail(cr, "cuExternalMemoryGetMappedBuffer");
             break;
         }
-        fd = -1;
-        r = c->vk.GetSemaphoreFdKHR(c->dev, &(VkSemaphoreGetFdInfoKHR) {
-                .sType = VK_STRUCTURE_TYPE_SEMAPHORE_GET_FD_INFO_KHR,
-                .semaphore = vkf->sem[i],
-                .handleType = VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT,
-            }, &fd);
-        if (r != VK_SUCCESS) {
-            m->ret = ppr__fail(PPR_ENODEVICE, "vkGetSemaphoreFdKHR of plane %d's semaphore of the "
-                               "frame pool failed (VkResult %d)", i, (int)r);
-            break;
-        }
-        sd.handle.fd = fd;
-        if ((cr = g_cu.ImportExternalSemaphore(&z->sem[i], &sd))) {
-            close(fd);
-            z->sem[i] = NULL;
-            what = "cuImportExternalSemaphore (timeline fd)";
-            break;
-        }
+        m->ret = import_timeline(c, vkf->sem[i], &z->sem[i]);
     }
     g_cu.CtxPopCurrent(&cold);
-    if (what)
-        m->ret = cu_fail(cr, what);
     if (m->ret < 0) {
         zc_import_free(z);
         return old;

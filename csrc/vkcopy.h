@@ -9,6 +9,7 @@
 #include <libavutil/hwcontext.h>
 #include <libavutil/hwcontext_vulkan.h>
 
+#include "internal.h"
 #include "pyprores.h"
 
 /* The Vulkan calls made here, loaded through the device context's
@@ -106,16 +107,20 @@ typedef struct ppr__vk_copy {
     uint64_t wait_value;
 } ppr__vk_copy;
 
-/* A Vulkan call that must succeed, in a function with `int ret` and a `fail:` label:
- * out of memory becomes PPR_ENOMEM, anything else PPR_ENODEVICE, with `what` in the message. */
+/* A Vulkan call that failed: out of memory becomes PPR_ENOMEM, anything else
+ * PPR_ENODEVICE, with `what` in the message. */
+static inline int ppr__vk_fail(VkResult r, const char *what)
+{
+    return ppr__fail(r == VK_ERROR_OUT_OF_HOST_MEMORY || r == VK_ERROR_OUT_OF_DEVICE_MEMORY ?
+                     PPR_ENOMEM : PPR_ENODEVICE, "%s failed (VkResult %d)", what, (int)r);
+}
+
+/* A Vulkan call that must succeed, in a function with `int ret` and a `fail:` label. */
 #define PPR_VKCHECK(call, what)                                                \
     do {                                                                       \
         VkResult r_ = (call);                                                  \
         if (r_ != VK_SUCCESS) {                                                \
-            ret = ppr__fail(r_ == VK_ERROR_OUT_OF_HOST_MEMORY ||               \
-                            r_ == VK_ERROR_OUT_OF_DEVICE_MEMORY ?              \
-                            PPR_ENOMEM : PPR_ENODEVICE,                        \
-                            "%s failed (VkResult %d)", what, (int)r_);        \
+            ret = ppr__vk_fail(r_, what);                                      \
             goto fail;                                                         \
         }                                                                      \
     } while (0)
