@@ -191,6 +191,7 @@ with pyprores.open_decoder(path, output="cuda", _cuda_copy=copy, max_in_flight=3
             kept.append(f)                   # a frame held past the decoder too
         out["frames"] += 1
     out["copies"] = dec._cuda.copies()
+    out["fallback"] = dec._cuda.copy_fallback()
     out["syncs"] = dec._cuda.syncs()
     out["stats"] = dec.stats()
 out["kept_equal"] = all(np.array_equal(read(p), want[1][k]) for k, p in kept[0].planes.items())
@@ -310,3 +311,26 @@ def test_copies_on_a_fake_cuda_driver(paths, odd_clip, fake_cuda, fake_discrete_
             assert c["cuEventRecord"] == 0, what
         assert out["live_after"] == [0, 0] and out["mapped_after"] == 0, what
         assert c["cuDevicePrimaryCtxRetain"] == c["cuDevicePrimaryCtxRelease"] == 1, what
+
+
+# CUDA's own copy (_cuda_copy="cuda") reads the decoder's images as CUDA arrays, which the
+# stand-in driver does not make: each image's memory is imported (and released again), the
+# array call fails, and every frame goes to the shader copy with that reason, exact.
+def test_cuda_copy_falls_back_on_a_fake_cuda_driver(paths, fake_cuda, fake_discrete_layer):
+    from conftest import FAKE_DISCRETE_LAYER, vulkan_env
+    env = vulkan_env(validate=False)
+    env.update(LD_LIBRARY_PATH=f"{fake_cuda}:{env.get('LD_LIBRARY_PATH', '')}",
+               VK_ADD_LAYER_PATH=str(fake_discrete_layer), VK_INSTANCE_LAYERS=FAKE_DISCRETE_LAYER,
+               FD_FAKE_SEM_FD="1", PYPRORES_VALIDATION="0", PYPRORES_CUDA_COPY="",
+               FAKE_CUDA_FD_HEADER="4096")
+    res = subprocess.run([sys.executable, "-c", CHILD, str(paths["hq422"]), "pump", "cuda"], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["frames"] == out["want"] == FRAMES and not out["bad"] and out["kept_equal"], out
+    assert out["copies"]["shader"] == FRAMES and out["copies"]["cuda"] == 0, out
+    assert "plane 0 of the decoder's image: cuExternalMemoryGetMappedMipmappedArray failed" \
+        in out["fallback"], out
+    c = out["calls"]
+    assert c["cuImportExternalMemory"] == c["cuDestroyExternalMemory"] >= 1, out
+    assert out["live_after"] == [0, 0] and out["mapped_after"] == 0, out
