@@ -192,6 +192,15 @@ def find_tarball() -> Path | None:
     return next((c for c in candidates if c.is_file()), None)
 
 
+def default_specs(frames: int) -> dict:
+    """The corpus's default clips (pyprores.corpus.clips.DEFAULT_CLIPS) by name, `frames`
+    frames each."""
+    from dataclasses import replace
+
+    from pyprores.corpus import clips
+    return {s.name: replace(s, frames=frames) for s in clips.DEFAULT_CLIPS}
+
+
 def _runner(binary: Path):
     def run(*args, validate: bool = False, check: bool = True, timeout: float = 300,
             **kwargs) -> subprocess.CompletedProcess:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import faststart_copy, write_mpeg4_mov
+from conftest import default_specs, faststart_copy, write_mpeg4_mov
 
 import pyprores
 from pyprores.corpus import clips
@@ -35,8 +35,7 @@ SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "samples"
 
 
 def spec(name: str) -> clips.ClipSpec:
-    s = next(c for c in clips.DEFAULT_CLIPS if c.name == name)
-    return clips.ClipSpec(**{**s.__dict__, "frames": FRAMES})
+    return default_specs(FRAMES)[name]
 
 
 @pytest.fixture(scope="module")

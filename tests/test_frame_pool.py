@@ -23,6 +23,7 @@ import pyprores
 from pyprores.corpus import clips
 from pyprores.decode import native
 
+from conftest import default_specs
 from test_stream import assert_same, reference
 
 HAS_VK = native.available() and native.has_hwaccel("vulkan")
@@ -33,8 +34,7 @@ FRAMES = 4
 @pytest.fixture(scope="module")
 def paths(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("pool")
-    return {s.name: clips.generate(clips.ClipSpec(**{**s.__dict__, "frames": FRAMES}), d)
-            for s in clips.DEFAULT_CLIPS}
+    return {name: clips.generate(s, d) for name, s in default_specs(FRAMES).items()}
 
 
 def live() -> int:

@@ -21,6 +21,7 @@ from pyprores.corpus import clips
 from pyprores.decode import native
 from pyprores.errors import DecodeError
 
+from conftest import default_specs
 from test_stream import SIZE_CHANGE, Source, _cut, assert_same, reference, threads
 
 HAS_VK = native.available() and native.has_hwaccel("vulkan")
@@ -31,8 +32,7 @@ FRAMES = 5
 @pytest.fixture(scope="module")
 def paths(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("pump")
-    return {s.name: clips.generate(clips.ClipSpec(**{**s.__dict__, "frames": FRAMES}), d)
-            for s in clips.DEFAULT_CLIPS}
+    return {name: clips.generate(s, d) for name, s in default_specs(FRAMES).items()}
 
 
 def packets_of(path: Path) -> tuple[list[bytes], str]:

@@ -19,12 +19,13 @@ import pyprores
 from pyprores.corpus import clips
 from pyprores.decode import native
 
+from conftest import default_specs
 from test_stream import SIZE_CHANGE, assert_same, reference
 
 HAS_VK = native.available() and native.has_hwaccel("vulkan")
 pytestmark = pytest.mark.skipif(not HAS_VK, reason="this FFmpeg build has no prores_vulkan hwaccel")
 FRAMES = 4
-SPECS = {s.name: clips.ClipSpec(**{**s.__dict__, "frames": FRAMES}) for s in clips.DEFAULT_CLIPS}
+SPECS = default_specs(FRAMES)
 # 40 x 33: rows of even width, an odd number of rows
 SPECS["odd4444"] = clips.ClipSpec("odd4444", width=40, height=33, frames=FRAMES, profile="4444",
                                   pix_fmt="yuv444p10le")

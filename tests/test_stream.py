@@ -21,7 +21,7 @@ import av
 import numpy as np
 import pytest
 
-from conftest import faststart_copy, write_mpeg4_mov
+from conftest import default_specs, faststart_copy, write_mpeg4_mov
 
 import pyprores
 from pyprores.corpus import clips
@@ -32,7 +32,7 @@ HAS_VK = native.available() and native.has_hwaccel("vulkan")
 BACKENDS = ["software", pytest.param("vulkan", marks=pytest.mark.skipif(
     not HAS_VK, reason="this FFmpeg build has no prores_vulkan hwaccel"))]
 FRAMES = 6
-SPECS = {s.name: clips.ClipSpec(**{**s.__dict__, "frames": FRAMES}) for s in clips.DEFAULT_CLIPS}
+SPECS = default_specs(FRAMES)
 SPECS["odd4444"] = clips.ClipSpec("odd4444", width=40, height=33, frames=FRAMES, profile="4444",
                                   pix_fmt="yuv444p10le")
 SIZE_CHANGE = Path(__file__).resolve().parent / "data" / "regressions" / "size-change-72x40-200x100.mov"
